@@ -1,0 +1,465 @@
+//! The one credential format of the product, shared by the edge (Wasm) and
+//! the origin (native).
+//!
+//! A credential is `v1.<kid>.<payload>.<sig>` where `payload` is the
+//! base64url (no padding) JSON of [`Claims`] and `sig` is the base64url
+//! HMAC-SHA256 of `v1.<kid>.<payload>` under the key named `kid`.
+//!
+//! Invariants kept here (and nowhere else):
+//! - a token verifies only if its signature is the HMAC of exactly the bytes
+//!   that were signed, compared in constant time (`Mac::verify_slice`);
+//! - every way a token can be refused has its own [`TokenError`] variant, so
+//!   callers can answer with a distinct error code;
+//! - claims are only looked at *after* the signature checks out, so a forged
+//!   payload can never steer the verifier;
+//! - no I/O and no clock: the caller passes `now`, which keeps this crate
+//!   testable with fixed vectors on the host and in Wasm.
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use hmac::{Hmac, KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The only format version this crate mints and accepts.
+pub const VERSION: &str = "v1";
+/// Clock skew tolerated between the minting and the verifying machine.
+pub const CLOCK_SKEW_SECS: u64 = 5;
+/// Shortest secret accepted for a key (HMAC-SHA256 wants 32; 16 is the floor).
+pub const MIN_KEY_BYTES: usize = 16;
+
+/// What a credential is for. A token of one type is never accepted as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenType {
+    /// Minted by the shop at login: who the person is.
+    User,
+    /// Minted by the edge: the person's place in one sale's queue.
+    Ticket,
+    /// Minted by the edge: lets one account reserve in one sale until `exp`.
+    Admit,
+}
+
+impl TokenType {
+    /// The `typ` string as it appears in the claims.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenType::User => "user",
+            TokenType::Ticket => "ticket",
+            TokenType::Admit => "admit",
+        }
+    }
+}
+
+/// Queue data carried by a `ticket`, so a status poll needs no lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketData {
+    /// Arrival number in the sale's queue (1-based, unique per account).
+    pub seq: u64,
+    /// Place in line (1-based) once known: drawn at start for the
+    /// pre-queue, equal to the arrival order after start. `None` while in
+    /// the pre-queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<u64>,
+}
+
+/// The claims of every credential. Field order is the serialized order and
+/// is part of the format (test vectors pin it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    pub typ: TokenType,
+    /// Account id.
+    pub sub: String,
+    /// Sale id; absent for `user` tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sale: Option<String>,
+    /// Issued at, unix seconds.
+    pub iat: u64,
+    /// Expires at, unix seconds.
+    pub exp: u64,
+    /// 128 random bits, base64url: makes every token unique.
+    pub jti: String,
+    /// Queue data, tickets only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tkt: Option<TicketData>,
+}
+
+impl Claims {
+    /// Fresh claims valid from `now` for `ttl_secs`, with a random `jti`.
+    pub fn new(
+        typ: TokenType,
+        sub: impl Into<String>,
+        sale: Option<String>,
+        now: u64,
+        ttl_secs: u64,
+    ) -> Self {
+        Claims {
+            typ,
+            sub: sub.into(),
+            sale,
+            iat: now,
+            exp: now.saturating_add(ttl_secs),
+            jti: random_jti(),
+            tkt: None,
+        }
+    }
+
+    /// Attaches ticket data (for `typ = ticket`).
+    pub fn with_ticket(mut self, tkt: TicketData) -> Self {
+        self.tkt = Some(tkt);
+        self
+    }
+}
+
+/// 128 random bits from the platform CSPRNG, base64url without padding.
+pub fn random_jti() -> String {
+    let mut bytes = [0u8; 16];
+    // The OS / Web Crypto RNG failing is not something a caller can handle;
+    // it means the platform is broken.
+    getrandom::fill(&mut bytes).expect("platform CSPRNG unavailable");
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Why a token was refused. Each variant maps to its own error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("token is malformed")]
+    Malformed,
+    #[error("token is signed with an unknown key id")]
+    UnknownKid,
+    #[error("token signature does not match")]
+    BadSignature,
+    #[error("token is of the wrong type")]
+    WrongType,
+    #[error("token is for another sale")]
+    WrongSale,
+    #[error("token has expired")]
+    Expired,
+    #[error("token is not valid yet")]
+    NotYetValid,
+}
+
+impl TokenError {
+    /// Stable machine-readable code, used in API error bodies.
+    pub fn code(self) -> &'static str {
+        match self {
+            TokenError::Malformed => "token_malformed",
+            TokenError::UnknownKid => "token_unknown_kid",
+            TokenError::BadSignature => "token_bad_signature",
+            TokenError::WrongType => "token_wrong_type",
+            TokenError::WrongSale => "token_wrong_sale",
+            TokenError::Expired => "token_expired",
+            TokenError::NotYetValid => "token_not_yet_valid",
+        }
+    }
+
+    /// Parses a code back (used by the test vectors).
+    pub fn from_code(code: &str) -> Option<Self> {
+        ALL_ERRORS.iter().copied().find(|e| e.code() == code)
+    }
+}
+
+const ALL_ERRORS: [TokenError; 7] = [
+    TokenError::Malformed,
+    TokenError::UnknownKid,
+    TokenError::BadSignature,
+    TokenError::WrongType,
+    TokenError::WrongSale,
+    TokenError::Expired,
+    TokenError::NotYetValid,
+];
+
+/// A key ring could not be read from configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyRingError {
+    #[error("no keys given")]
+    Empty,
+    #[error("key entry #{index} ({entry:?}) is not `kid:base64key`")]
+    NotAPair { index: usize, entry: String },
+    #[error(
+        "key entry #{index} has an empty or invalid kid {kid:?} (letters, digits, - and _ only)"
+    )]
+    BadKid { index: usize, kid: String },
+    #[error("key entry #{index} (kid {kid:?}) is not valid base64")]
+    BadBase64 { index: usize, kid: String },
+    #[error(
+        "key entry #{index} (kid {kid:?}) is {len} bytes; at least {MIN_KEY_BYTES} are required"
+    )]
+    TooShort {
+        index: usize,
+        kid: String,
+        len: usize,
+    },
+    #[error("key id {kid:?} appears twice")]
+    DuplicateKid { kid: String },
+}
+
+#[derive(Clone)]
+struct Key {
+    kid: String,
+    secret: Vec<u8>,
+}
+
+/// Signing and verifying keys. The first key signs; every key verifies, so
+/// a new key can be put first while tokens signed by the old one still pass.
+#[derive(Clone)]
+pub struct KeyRing {
+    keys: Vec<Key>,
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print secrets, only which kids are loaded.
+        f.debug_struct("KeyRing")
+            .field(
+                "kids",
+                &self.keys.iter().map(|k| &k.kid).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// What a verifier insists on besides a good signature and a valid time.
+#[derive(Debug, Clone, Copy)]
+pub struct Expect<'a> {
+    pub typ: TokenType,
+    /// `Some(sale)`: the token must name exactly this sale.
+    pub sale: Option<&'a str>,
+}
+
+fn valid_kid(kid: &str) -> bool {
+    !kid.is_empty()
+        && kid.len() <= 64
+        && kid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn decode_key(text: &str) -> Option<Vec<u8>> {
+    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|engine| engine.decode(text).ok())
+}
+
+impl KeyRing {
+    /// Parses `kid:base64key[,kid:base64key…]` (standard or url-safe base64).
+    pub fn parse(text: &str) -> Result<Self, KeyRingError> {
+        let mut keys: Vec<Key> = Vec::new();
+        for (i, entry) in text.split(',').map(str::trim).enumerate() {
+            let index = i + 1;
+            if entry.is_empty() {
+                continue;
+            }
+            let Some((kid, b64)) = entry.split_once(':') else {
+                return Err(KeyRingError::NotAPair {
+                    index,
+                    entry: redact(entry),
+                });
+            };
+            let kid = kid.trim();
+            if !valid_kid(kid) {
+                return Err(KeyRingError::BadKid {
+                    index,
+                    kid: kid.to_string(),
+                });
+            }
+            let secret = decode_key(b64.trim()).ok_or_else(|| KeyRingError::BadBase64 {
+                index,
+                kid: kid.to_string(),
+            })?;
+            if secret.len() < MIN_KEY_BYTES {
+                return Err(KeyRingError::TooShort {
+                    index,
+                    kid: kid.to_string(),
+                    len: secret.len(),
+                });
+            }
+            if keys.iter().any(|k| k.kid == kid) {
+                return Err(KeyRingError::DuplicateKid {
+                    kid: kid.to_string(),
+                });
+            }
+            keys.push(Key {
+                kid: kid.to_string(),
+                secret,
+            });
+        }
+        if keys.is_empty() {
+            return Err(KeyRingError::Empty);
+        }
+        Ok(KeyRing { keys })
+    }
+
+    /// A ring from raw parts (tests and generated dev keys).
+    pub fn from_keys(keys: &[(&str, &[u8])]) -> Result<Self, KeyRingError> {
+        let text = keys
+            .iter()
+            .map(|(kid, secret)| format!("{kid}:{}", STANDARD.encode(secret)))
+            .collect::<Vec<_>>()
+            .join(",");
+        Self::parse(&text)
+    }
+
+    /// The kid that signs new tokens.
+    pub fn signing_kid(&self) -> &str {
+        &self.keys[0].kid
+    }
+
+    fn mac(secret: &[u8], signed: &[u8]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC accepts keys of any length");
+        mac.update(signed);
+        mac
+    }
+
+    /// Signs claims with the first key.
+    pub fn sign(&self, claims: &Claims) -> String {
+        let key = &self.keys[0];
+        let json = serde_json::to_vec(claims).expect("claims always serialize");
+        let head = format!("{VERSION}.{}.{}", key.kid, URL_SAFE_NO_PAD.encode(json));
+        let sig = Self::mac(&key.secret, head.as_bytes())
+            .finalize()
+            .into_bytes();
+        format!("{head}.{}", URL_SAFE_NO_PAD.encode(sig))
+    }
+
+    /// Checks the signature (constant time), then type, sale and time window.
+    pub fn verify(&self, token: &str, expect: Expect<'_>, now: u64) -> Result<Claims, TokenError> {
+        let claims = self.verify_signature(token)?;
+        if claims.typ != expect.typ {
+            return Err(TokenError::WrongType);
+        }
+        if let Some(sale) = expect.sale
+            && claims.sale.as_deref() != Some(sale)
+        {
+            return Err(TokenError::WrongSale);
+        }
+        if now > claims.exp.saturating_add(CLOCK_SKEW_SECS) {
+            return Err(TokenError::Expired);
+        }
+        if claims.iat > now.saturating_add(CLOCK_SKEW_SECS) {
+            return Err(TokenError::NotYetValid);
+        }
+        Ok(claims)
+    }
+
+    /// Checks format and signature only and returns the claims.
+    pub fn verify_signature(&self, token: &str) -> Result<Claims, TokenError> {
+        // Bound the work done on hostile input before any decoding.
+        if token.len() > 4096 || !token.is_ascii() {
+            return Err(TokenError::Malformed);
+        }
+        let mut parts = token.split('.');
+        let (Some(version), Some(kid), Some(payload), Some(sig), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(TokenError::Malformed);
+        };
+        if version != VERSION || payload.is_empty() {
+            return Err(TokenError::Malformed);
+        }
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == kid)
+            .ok_or(TokenError::UnknownKid)?;
+        // The decoder accepts canonical encodings only: a second spelling of
+        // the same signature bytes (non-zero trailing bits) is malformed, so
+        // tokens are not malleable.
+        let sig = URL_SAFE_NO_PAD
+            .decode(sig)
+            .map_err(|_| TokenError::Malformed)?;
+        let signed_len = version.len() + kid.len() + payload.len() + 2;
+        Self::mac(&key.secret, &token.as_bytes()[..signed_len])
+            .verify_slice(&sig)
+            .map_err(|_| TokenError::BadSignature)?;
+        let json = URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| TokenError::Malformed)?;
+        serde_json::from_slice(&json).map_err(|_| TokenError::Malformed)
+    }
+}
+
+fn redact(entry: &str) -> String {
+    // An entry without ':' may be a bare secret: show only its start.
+    let shown: String = entry.chars().take(4).collect();
+    format!("{shown}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring() -> KeyRing {
+        KeyRing::from_keys(&[("k1", &[7u8; 32]), ("k0", &[9u8; 32])]).unwrap()
+    }
+
+    #[test]
+    fn first_key_signs_all_verify() {
+        let r = ring();
+        let c = Claims::new(TokenType::User, "alice", None, 1_000, 60);
+        let t = r.sign(&c);
+        assert!(t.starts_with("v1.k1."));
+        let old = KeyRing::from_keys(&[("k0", &[9u8; 32])]).unwrap();
+        let t_old = old.sign(&c);
+        let expect = Expect {
+            typ: TokenType::User,
+            sale: None,
+        };
+        assert_eq!(r.verify(&t_old, expect, 1_010).unwrap(), c);
+        assert_eq!(old.verify(&t, expect, 1_010), Err(TokenError::UnknownKid));
+    }
+
+    #[test]
+    fn skew_window_is_five_seconds() {
+        let r = ring();
+        let c = Claims::new(TokenType::Admit, "a", Some("s".into()), 1_000, 120);
+        let t = r.sign(&c);
+        let e = Expect {
+            typ: TokenType::Admit,
+            sale: Some("s"),
+        };
+        assert!(r.verify(&t, e, 1_125).is_ok());
+        assert_eq!(r.verify(&t, e, 1_126), Err(TokenError::Expired));
+        assert!(r.verify(&t, e, 995).is_ok());
+        assert_eq!(r.verify(&t, e, 994), Err(TokenError::NotYetValid));
+    }
+
+    #[test]
+    fn keyring_errors_name_the_entry() {
+        let err =
+            KeyRing::parse("k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=,k2:!!!").unwrap_err();
+        assert_eq!(
+            err,
+            KeyRingError::BadBase64 {
+                index: 2,
+                kid: "k2".into()
+            }
+        );
+        assert!(err.to_string().contains("#2"));
+        assert!(matches!(KeyRing::parse(""), Err(KeyRingError::Empty)));
+        assert!(matches!(
+            KeyRing::parse("nocolon"),
+            Err(KeyRingError::NotAPair { index: 1, .. })
+        ));
+        assert!(matches!(
+            KeyRing::parse("k:AAAA"),
+            Err(KeyRingError::TooShort { .. })
+        ));
+        assert!(matches!(
+            KeyRing::parse("bad kid:AAAA"),
+            Err(KeyRingError::BadKid { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let s = format!("{:?}", ring());
+        assert!(s.contains("k1") && !s.contains("7, 7"));
+    }
+}
