@@ -385,6 +385,18 @@ impl KeyRing {
     }
 }
 
+/// The `typ` a token claims, read WITHOUT verifying it: only for choosing
+/// which key ring and [`Expect`] to verify it with next. Never trust it alone.
+pub fn peek_type(token: &str) -> Option<TokenType> {
+    #[derive(Deserialize)]
+    struct Typ {
+        typ: TokenType,
+    }
+    let payload = token.split('.').nth(2)?;
+    let json = URL_SAFE_NO_PAD.decode(payload).ok()?;
+    serde_json::from_slice::<Typ>(&json).ok().map(|t| t.typ)
+}
+
 fn redact(entry: &str) -> String {
     // An entry without ':' may be a bare secret: show only its start.
     let shown: String = entry.chars().take(4).collect();
@@ -455,6 +467,14 @@ mod tests {
             KeyRing::parse("bad kid:AAAA"),
             Err(KeyRingError::BadKid { .. })
         ));
+    }
+
+    #[test]
+    fn peek_reads_the_claimed_type_only() {
+        let t = ring().sign(&Claims::new(TokenType::Ticket, "a", Some("s".into()), 1, 1));
+        assert_eq!(peek_type(&t), Some(TokenType::Ticket));
+        assert_eq!(peek_type("v1.k1.!!.x"), None);
+        assert_eq!(peek_type("nonsense"), None);
     }
 
     #[test]

@@ -1,0 +1,64 @@
+-- _lib.lua — helpers shared by the shard scripts. The origin prepends this
+-- file to reserve.lua, take.lua, release.lua and sweep.lua when it loads
+-- them, so every script stays one EVALSHA on one hash slot.
+--
+-- Shard KEYS layout (all under one hash tag, so one cluster slot):
+--   1 stock    string  units still for sale on this shard
+--   2 holds    hash    hold id -> {a=account,q=qty,e=expires_ms,h=home,c=created_ms,s=status}
+--   3 exp      zset    hold id scored by expires_ms (live, unpaid holds only)
+--   4 users    hash    account -> units held+bought, for accounts whose HOME is this shard
+--   5 quota    hash    hold id -> {a,q,s} quota this home shard reserved for a hold
+--                      that spilled to shard s
+--   6 stream   stream  settlement records (hold / release / confirm), read by the
+--                      settlement worker into Postgres
+--   7 unquota  list    quota to give back on another (home) shard after a
+--                      spilled hold was released here
+--
+-- Invariant kept by release_hold: a unit leaves a hold exactly once, and the
+-- same script that returns it to `stock` writes the release record, so Redis
+-- and the settlement stream cannot disagree.
+
+local function release_hold(id, raw, reason, now, shard)
+  local h = cjson.decode(raw)
+  redis.call('INCRBY', KEYS[1], h.q)
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('ZREM', KEYS[3], id)
+  if tonumber(h.h) == shard then
+    if redis.call('HINCRBY', KEYS[4], h.a, -h.q) <= 0 then
+      redis.call('HDEL', KEYS[4], h.a)
+    end
+  else
+    -- The account's count lives on its home shard (another slot): leave a
+    -- note that the origin carries over with quota_return.lua.
+    redis.call('RPUSH', KEYS[7], cjson.encode({id = id, a = h.a, q = h.q, h = h.h}))
+  end
+  redis.call('XADD', KEYS[6], '*', 't', 'release', 'id', id, 'acct', h.a, 'qty', h.q,
+    'shard', shard, 'reason', reason, 'at', now)
+  return h.q
+end
+
+-- Gives back up to `limit` expired holds of this shard; returns the units.
+local function reclaim_expired(now, shard, limit)
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, limit)
+  local units = 0
+  for _, id in ipairs(ids) do
+    local raw = redis.call('HGET', KEYS[2], id)
+    if raw then
+      units = units + release_hold(id, raw, 'expired', now, shard)
+    else
+      redis.call('ZREM', KEYS[3], id)
+    end
+  end
+  return units
+end
+
+-- Creates a hold of `qty` units (caller checked stock) and its settlement record.
+local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale)
+  local exp = now + hold_ms
+  redis.call('DECRBY', KEYS[1], qty)
+  redis.call('HSET', KEYS[2], id, cjson.encode({a = acct, q = qty, e = exp, h = home, c = now, s = 'held'}))
+  redis.call('ZADD', KEYS[3], exp, id)
+  redis.call('XADD', KEYS[6], '*', 't', 'hold', 'id', id, 'sale', sale, 'acct', acct, 'qty', qty,
+    'shard', shard, 'home', home, 'exp', exp, 'at', now)
+  return exp
+end

@@ -1,0 +1,50 @@
+-- take.lua — a spilled reservation tries one other shard.
+--
+-- KEYS: 1..7 this shard's keys (see _lib.lua), 8 decision marker for this hold
+--       id on this shard (`<shard>:spill:<hold id>`, same slot).
+-- ARGV: 1 account  2 qty  3 now_ms  4 hold_ms  5 hold id  6 this shard's index
+--       7 home shard index  8 sale id  9 marker ttl (s)  10 reclaim batch
+-- Returns:
+--   {1, id, shard, expires_ms, qty}  HELD here (new, or the same hold again)
+--   {6}                              EMPTY here, now and forever for this hold id
+--   {7}                              UNINITIALIZED: keys lost
+--   {8, id}                          GONE: this shard granted the hold earlier and it
+--                                    has since been released
+--
+-- Invariant: each shard decides ONCE per hold id (the marker), so however
+-- many times, and however concurrently, a spill is replayed in the same
+-- shard order, the first shard that said HELD is the only one that ever
+-- does: one Idempotency-Key never yields two holds. The account's quota was
+-- already counted on its home shard (reserve.lua), so no per-user check here.
+
+local id, shard = ARGV[5], tonumber(ARGV[6])
+local decided = redis.call('GET', KEYS[8])
+if decided == 'E' then
+  return {6}
+end
+if decided == 'H' then
+  local raw = redis.call('HGET', KEYS[2], id)
+  if not raw then
+    return {8, id}
+  end
+  local h = cjson.decode(raw)
+  return {1, id, shard, h.e, h.q}
+end
+
+local stock = redis.call('GET', KEYS[1])
+if not stock then
+  return {7}
+end
+stock = tonumber(stock)
+local qty, now = tonumber(ARGV[2]), tonumber(ARGV[3])
+if stock < qty then
+  stock = stock + reclaim_expired(now, shard, tonumber(ARGV[10]))
+end
+if stock >= 1 then
+  local q = math.min(stock, qty)
+  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[4]), shard, tonumber(ARGV[7]), ARGV[8])
+  redis.call('SET', KEYS[8], 'H', 'EX', ARGV[9])
+  return {1, id, shard, exp, q}
+end
+redis.call('SET', KEYS[8], 'E', 'EX', ARGV[9])
+return {6}

@@ -1,0 +1,175 @@
+//! The `origin` command line (DESIGN.md's operator interface).
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+
+use crate::configuration::{self, Settings};
+use crate::sales::{self, SaleSpec};
+use crate::startup::{self, Application, Workers};
+use crate::{store, telemetry};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "origin",
+    version,
+    about = "Flash-sale origin: reservations, settlement, payments"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// HTTP API plus, unless switched off, the settlement worker, the expiry
+    /// sweep and the reconciler. Listens on ORIGIN_ADDR (default 127.0.0.1:8080).
+    Serve(ServeArgs),
+    /// Applies migrations/ to DATABASE_URL.
+    Migrate,
+    /// Sale administration.
+    #[command(subcommand)]
+    Sale(SaleCommand),
+    /// Mints a token (for local runs and tests; shops mint user tokens themselves).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Do not run the settlement worker in this process.
+    #[arg(long)]
+    pub no_settle: bool,
+    /// Do not run the expiry sweep in this process.
+    #[arg(long)]
+    pub no_sweep: bool,
+    /// Do not run the reconciler in this process.
+    #[arg(long)]
+    pub no_reconcile: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SaleCommand {
+    /// Writes the sale to Postgres, initializes Redis and prints it as JSON.
+    Create(CreateArgs),
+}
+
+fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+    if s == "now" {
+        return Ok(Utc::now());
+    }
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("expected RFC 3339 (e.g. 2026-12-01T12:00:00Z) or 'now': {e}"))
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    #[arg(long)]
+    pub sale: String,
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub units: i32,
+    #[arg(long)]
+    pub per_user_limit: i32,
+    #[arg(long)]
+    pub shards: i32,
+    /// RFC 3339 time or `now`.
+    #[arg(long, value_parser = parse_time)]
+    pub starts_at: DateTime<Utc>,
+    #[arg(long, value_parser = parse_time)]
+    pub ends_at: Option<DateTime<Utc>>,
+    #[arg(long, default_value_t = 600)]
+    pub hold_seconds: i32,
+    /// People admitted per second by the edge.
+    #[arg(long, default_value_t = 50.0)]
+    pub admission_rate: f64,
+    /// Admitted-but-not-holding people never exceed this × units available.
+    #[arg(long, default_value_t = 2.0)]
+    pub admission_factor: f64,
+    #[arg(long, default_value_t = 0)]
+    pub price_cents: i64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// A `user` token signed with USER_TOKEN_KEYS.
+    User {
+        #[arg(long)]
+        sub: String,
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+    },
+    /// An `admit` token signed with ADMISSION_TOKEN_KEYS.
+    Admit {
+        #[arg(long)]
+        sub: String,
+        #[arg(long)]
+        sale: String,
+        #[arg(long, default_value_t = 120)]
+        ttl: u64,
+    },
+}
+
+/// Runs a parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            telemetry::init_tracing("info,sqlx=warn");
+            let settings = Settings::from_env()?;
+            let workers = Workers {
+                settle: !args.no_settle,
+                sweep: !args.no_sweep,
+                reconcile: !args.no_reconcile,
+            };
+            let app = Application::build(settings, workers).await?;
+            app.run_until_stopped(startup::stop_on_signals()).await
+        }
+        Command::Migrate => {
+            let pool = startup::pg_pool(&configuration::database_url())?;
+            startup::migrate(&pool).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Sale(SaleCommand::Create(a)) => {
+            let pool = startup::pg_pool(&configuration::database_url())?;
+            startup::migrate(&pool).await?;
+            let mut conn = store::connect(&configuration::redis_target()?)
+                .await
+                .context("connecting to Redis")?;
+            let spec = SaleSpec {
+                id: a.sale,
+                name: a.name,
+                units: a.units,
+                per_user_limit: a.per_user_limit,
+                shards: a.shards,
+                starts_at: a.starts_at,
+                ends_at: a.ends_at,
+                hold_seconds: a.hold_seconds,
+                admission_rate: a.admission_rate,
+                admission_factor: a.admission_factor,
+                price_cents: a.price_cents,
+            };
+            let sale =
+                sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
+            println!("{}", serde_json::to_string_pretty(&sale)?);
+            Ok(())
+        }
+        Command::Token(cmd) => {
+            let now = crate::auth::now_secs();
+            let (ring, claims) = match cmd {
+                TokenCommand::User { sub, ttl } => (
+                    configuration::key_ring("USER_TOKEN_KEYS")?,
+                    token::Claims::new(token::TokenType::User, sub, None, now, ttl),
+                ),
+                TokenCommand::Admit { sub, sale, ttl } => (
+                    configuration::key_ring("ADMISSION_TOKEN_KEYS")?,
+                    token::Claims::new(token::TokenType::Admit, sub, Some(sale), now, ttl),
+                ),
+            };
+            println!("{}", ring.sign(&claims));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The HTTP API's one error type and its one `IntoResponse`.
+//!
+//! Every error answers `{"error": {"code", "message"}}` with its status;
+//! 5xx bodies never carry internals (those are logged instead), and 429/503
+//! always carry `Retry-After`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use token::TokenError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("an Authorization: Bearer token is required")]
+    TokenMissing,
+    #[error("{0}")]
+    Token(TokenError),
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("the sale is sold out")]
+    SoldOut,
+    #[error("{message}")]
+    Gone { code: &'static str, message: String },
+    #[error("too many requests; retry shortly")]
+    Shed,
+    #[error("{message}")]
+    Unavailable {
+        code: &'static str,
+        message: String,
+        retry_after: u32,
+    },
+    #[error("internal error")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::TokenMissing => StatusCode::UNAUTHORIZED,
+            ApiError::Token(TokenError::WrongSale) => StatusCode::FORBIDDEN,
+            ApiError::Token(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::SoldOut | ApiError::Gone { .. } => StatusCode::GONE,
+            ApiError::Shed => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::TokenMissing => "token_missing",
+            ApiError::Token(e) => e.code(),
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound { code, .. }
+            | ApiError::BadRequest { code, .. }
+            | ApiError::Unprocessable { code, .. }
+            | ApiError::Conflict { code, .. }
+            | ApiError::Gone { code, .. }
+            | ApiError::Unavailable { code, .. } => code,
+            ApiError::SoldOut => "sold_out",
+            ApiError::Shed => "overloaded",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::NotFound {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Unprocessable {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Unavailable {
+            code,
+            message: message.into(),
+            retry_after: 1,
+        }
+    }
+}
+
+impl From<TokenError> for ApiError {
+    fn from(e: TokenError) -> Self {
+        ApiError::Token(e)
+    }
+}
+
+impl From<redis::RedisError> for ApiError {
+    fn from(e: redis::RedisError) -> Self {
+        tracing::warn!(error = %e, "redis call failed");
+        ApiError::unavailable(
+            "redis_unavailable",
+            "the reservation service is briefly unavailable",
+        )
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                tracing::warn!(error = %e, "postgres unavailable");
+                ApiError::unavailable("database_unavailable", "the service is briefly unavailable")
+            }
+            other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let message = match &self {
+            ApiError::Internal(e) => {
+                tracing::error!(error = ?e, "internal error");
+                "internal error".to_string()
+            }
+            other => other.to_string(),
+        };
+        let body = json!({"error": {"code": self.code(), "message": message}});
+        let mut res = (status, Json(body)).into_response();
+        let retry = match &self {
+            ApiError::Shed => Some(1),
+            ApiError::Unavailable { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        };
+        if let Some(secs) = retry {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        res
+    }
+}

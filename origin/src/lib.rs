@@ -1,0 +1,15 @@
+//! The flash-sale origin: atomic reservations on sharded Redis stock, with
+//! Postgres as the truth behind it. See each module's doc for the
+//! invariants it keeps; `reservations` holds the core protocol.
+
+pub mod auth;
+pub mod cli;
+pub mod configuration;
+pub mod error;
+pub mod reservations;
+pub mod routes;
+pub mod sales;
+pub mod startup;
+pub mod store;
+pub mod sweep;
+pub mod telemetry;

@@ -1,0 +1,432 @@
+//! The reservation engine: decides atomically in Redis whether an account
+//! gets units, over a sale's sharded stock.
+//!
+//! # Routing and the per-user limit across shards
+//!
+//! Redis Cluster refuses a script that touches two hash slots, and each
+//! shard is its own slot. So the account's count cannot be read from every
+//! shard at once. Instead each account has ONE home shard,
+//! `home = fnv1a(account) mod N`, and its count (units held, pending and
+//! bought) lives only there:
+//!
+//! 1. `reserve.lua` runs on the home shard: idempotency, the limit check
+//!    against the home count, and — when the home shard has stock — the
+//!    whole hold (stock, count, hold record, expiry, settlement record) in one
+//!    atomic script. Accounts hash uniformly, so the start shard is uniformly
+//!    random across requests, and deterministic per account, which is what
+//!    makes Idempotency-Key replays land on the record they need.
+//! 2. When the home shard is empty, the same script reserves the account's
+//!    quota there (count += qty, a quota record under the new hold id) and
+//!    answers SPILL. The origin then walks the other shards in a fixed order
+//!    (`home+1, home+2, …`) with `take.lua`, which grants from that shard
+//!    without any per-user check — the quota is already counted.
+//! 3. `quota_commit.lua` records on the home shard where the hold landed (and
+//!    gives back quota not granted on a partial fill); if every shard was
+//!    empty, `quota_return.lua` gives the quota back and the sale is sold out.
+//!
+//! Why the limit holds: the home count is raised *before* any unit is
+//! granted anywhere and lowered only *after* the hold is gone (release on
+//! the home shard itself, or via the `unquota` note another shard leaves and
+//! the sweep carries over with `quota_return.lua`, at most once per hold id).
+//! So at every instant count ≥ units the account holds, and the check
+//! `count + qty ≤ limit` is atomic on the home shard. A crash between steps
+//! can only leave the count too high (the safe side), never too low.
+//!
+//! Why one key never yields two holds: `take.lua` decides once per hold id
+//! per shard (a marker), and every replay walks the shards in the same
+//! order, so the first shard that said HELD is the only one that ever can.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redis::{RedisError, Value};
+use serde::Serialize;
+
+use crate::sales::Sale;
+use crate::store::{RedisConn, Scripts, ShardKeys};
+
+/// How long an Idempotency-Key's answer is remembered.
+pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
+/// Expired holds a reservation reclaims on demand in one go.
+pub const RECLAIM_BATCH: u32 = 64;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The account's home shard: FNV-1a of the account id, stable across
+/// processes and releases (it decides where the account's count lives).
+pub fn home_shard(account: &str, shards: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in account.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % shards as u64) as usize
+}
+
+/// A granted hold.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Hold {
+    pub reservation_id: String,
+    pub sale: String,
+    pub qty: i64,
+    pub shard: usize,
+    pub expires_ms: u64,
+    /// This answer repeats the first one for the same Idempotency-Key.
+    #[serde(skip)]
+    pub replay: bool,
+}
+
+/// What a reservation attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Held(Hold),
+    /// The account already has `used` units; `qty` more would pass the limit.
+    Limit {
+        used: i64,
+    },
+    SoldOut,
+    /// A shard's keys are gone (Redis lost data): the sale must be rebuilt.
+    Uninitialized,
+    /// The Idempotency-Key's hold existed and has since been released.
+    Gone {
+        reservation_id: String,
+    },
+}
+
+/// A reservation id: `<sale>.<home shard>.<uuid>`; self-describing so any
+/// process finds the hold's home shard without a lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationId<'a> {
+    pub sale: &'a str,
+    pub home: usize,
+}
+
+impl<'a> ReservationId<'a> {
+    pub fn parse(id: &'a str) -> Option<Self> {
+        let mut parts = id.split('.');
+        let (Some(sale), Some(home), Some(uuid), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let home: usize = home.parse().ok()?;
+        if !crate::sales::valid_sale_id(sale)
+            || uuid.len() != 32
+            || !uuid.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return None;
+        }
+        Some(ReservationId { sale, home })
+    }
+
+    pub fn new_id(sale: &str, home: usize) -> String {
+        format!("{sale}.{home}.{}", uuid::Uuid::now_v7().simple())
+    }
+}
+
+fn int(v: Option<&Value>) -> i64 {
+    match v {
+        Some(Value::Int(i)) => *i,
+        Some(Value::BulkString(b)) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        Some(Value::Int(i)) => i.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn held(r: &[Value], sale: &str, replay: bool) -> Hold {
+    Hold {
+        reservation_id: text(r.get(1)),
+        sale: sale.to_string(),
+        shard: int(r.get(2)) as usize,
+        expires_ms: int(r.get(3)) as u64,
+        qty: int(r.get(4)),
+        replay,
+    }
+}
+
+/// The origin's handle on the speed layer.
+pub struct Engine {
+    pub conn: RedisConn,
+    pub scripts: Scripts,
+}
+
+impl Engine {
+    /// One reservation attempt; see the module doc for the protocol.
+    pub async fn reserve(
+        &self,
+        sale: &Sale,
+        account: &str,
+        qty: i64,
+        idempotency_key: &str,
+    ) -> Result<Outcome, RedisError> {
+        let cfg = &sale.config;
+        let n = sale.shards.len();
+        let home = home_shard(account, n);
+        let hk = &sale.shards[home];
+        let idem = hk.idem(account, idempotency_key);
+        let hold_ms = u64::try_from(cfg.hold_seconds).unwrap_or(1) * 1000;
+        let new_id = ReservationId::new_id(&cfg.id, home);
+        let mut conn = self.conn.clone();
+        let r: Vec<Value> = self
+            .scripts
+            .reserve
+            .key(hk.all().as_slice())
+            .key(&idem)
+            .arg(account)
+            .arg(qty)
+            .arg(cfg.per_user_limit)
+            .arg(now_ms())
+            .arg(hold_ms)
+            .arg(&new_id)
+            .arg(home)
+            .arg(&cfg.id)
+            .arg(IDEMPOTENCY_TTL_SECS)
+            .arg(RECLAIM_BATCH)
+            .arg(n)
+            .invoke_async(&mut conn)
+            .await?;
+        let hold_id = match int(r.first()) {
+            1 => return Ok(Outcome::Held(held(&r, &cfg.id, false))),
+            2 => return Ok(Outcome::Held(held(&r, &cfg.id, true))),
+            3 | 4 => text(r.get(1)),
+            5 => {
+                return Ok(Outcome::Limit {
+                    used: int(r.get(1)),
+                });
+            }
+            6 => return Ok(Outcome::SoldOut),
+            _ => return Ok(Outcome::Uninitialized),
+        };
+        // The spill: its quota (the requested qty) is counted on `home`.
+        for step in 1..n {
+            let s = (home + step) % n;
+            let sk = &sale.shards[s];
+            let r: Vec<Value> = self
+                .scripts
+                .take
+                .key(sk.all().as_slice())
+                .key(sk.spill_marker(&hold_id))
+                .arg(account)
+                .arg(qty)
+                .arg(now_ms())
+                .arg(hold_ms)
+                .arg(&hold_id)
+                .arg(s)
+                .arg(home)
+                .arg(&cfg.id)
+                .arg(IDEMPOTENCY_TTL_SECS)
+                .arg(RECLAIM_BATCH)
+                .invoke_async(&mut conn)
+                .await?;
+            match int(r.first()) {
+                1 => {
+                    let hold = held(&r, &cfg.id, false);
+                    let _: i64 = self
+                        .scripts
+                        .quota_commit
+                        .key(&hk.users)
+                        .key(&hk.quota)
+                        .key(&idem)
+                        .arg(account)
+                        .arg(&hold_id)
+                        .arg(hold.qty)
+                        .arg(s)
+                        .arg(hold.expires_ms)
+                        .arg(IDEMPOTENCY_TTL_SECS)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    return Ok(Outcome::Held(hold));
+                }
+                6 => continue,
+                8 => {
+                    return Ok(Outcome::Gone {
+                        reservation_id: hold_id,
+                    });
+                }
+                _ => return Ok(Outcome::Uninitialized),
+            }
+        }
+        let _: i64 = self
+            .scripts
+            .quota_return
+            .key(&hk.users)
+            .key(&hk.quota)
+            .key(&idem)
+            .arg(&hold_id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(Outcome::SoldOut)
+    }
+
+    /// Finds a live hold in Redis: its shard and record.
+    pub async fn find_hold(
+        &self,
+        sale: &Sale,
+        id: &str,
+        home: usize,
+    ) -> Result<Option<(usize, HoldRecord)>, RedisError> {
+        use redis::AsyncCommands;
+        let Some(hk) = sale.shards.get(home) else {
+            return Ok(None);
+        };
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = conn.hget(&hk.holds, id).await?;
+        if let Some(raw) = raw {
+            return Ok(HoldRecord::parse(&raw).map(|r| (home, r)));
+        }
+        let quota: Option<String> = conn.hget(&hk.quota, id).await?;
+        let Some(shard) = quota
+            .and_then(|q| serde_json::from_str::<QuotaRecord>(&q).ok())
+            .and_then(|q| q.s)
+        else {
+            return Ok(None);
+        };
+        let Some(sk) = sale.shards.get(shard) else {
+            return Ok(None);
+        };
+        let raw: Option<String> = conn.hget(&sk.holds, id).await?;
+        Ok(raw.and_then(|r| HoldRecord::parse(&r)).map(|r| (shard, r)))
+    }
+
+    /// Gives a hold's units back (`reason`: cancelled | rejected | expired).
+    pub async fn release(
+        &self,
+        keys: &ShardKeys,
+        shard: usize,
+        id: &str,
+        reason: &str,
+    ) -> Result<Released, RedisError> {
+        let mut conn = self.conn.clone();
+        let r: Vec<Value> = self
+            .scripts
+            .release
+            .key(keys.all().as_slice())
+            .arg(id)
+            .arg(reason)
+            .arg(now_ms())
+            .arg(shard)
+            .arg("0")
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(match int(r.first()) {
+            1 => Released::Now { qty: int(r.get(1)) },
+            2 => Released::Paid,
+            _ => Released::NotHeld,
+        })
+    }
+
+    /// `true` when no shard has stock or reclaimable (expired) holds.
+    pub async fn all_shards_empty(&self, sale: &Sale) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        let now = now_ms();
+        for k in &sale.shards {
+            let stock: Option<i64> = redis::cmd("GET")
+                .arg(&k.stock)
+                .query_async(&mut conn)
+                .await?;
+            if stock.unwrap_or(0) > 0 {
+                return Ok(false);
+            }
+            let expired: i64 = redis::cmd("ZCOUNT")
+                .arg(&k.exp)
+                .arg("-inf")
+                .arg(now)
+                .query_async(&mut conn)
+                .await?;
+            if expired > 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    Now { qty: i64 },
+    NotHeld,
+    Paid,
+}
+
+/// A hold as stored in Redis (`lua/_lib.lua`).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct HoldRecord {
+    #[serde(rename = "a")]
+    pub account: String,
+    #[serde(rename = "q")]
+    pub qty: i64,
+    #[serde(rename = "e")]
+    pub expires_ms: u64,
+    #[serde(rename = "h")]
+    pub home: usize,
+    #[serde(rename = "c")]
+    pub created_ms: u64,
+    #[serde(rename = "s")]
+    pub status: String,
+}
+
+impl HoldRecord {
+    fn parse(raw: &str) -> Option<Self> {
+        serde_json::from_str(raw).ok()
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct QuotaRecord {
+    #[serde(default)]
+    s: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_shard_is_stable_and_spread() {
+        assert_eq!(home_shard("alice", 4), home_shard("alice", 4));
+        let mut counts = [0usize; 4];
+        for i in 0..4000 {
+            counts[home_shard(&format!("acct-{i}"), 4)] += 1;
+        }
+        assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+    }
+
+    #[test]
+    fn reservation_ids_round_trip() {
+        let id = ReservationId::new_id("drop-1", 3);
+        assert_eq!(
+            ReservationId::parse(&id),
+            Some(ReservationId {
+                sale: "drop-1",
+                home: 3
+            })
+        );
+        for bad in [
+            "",
+            "x",
+            "drop.1",
+            "drop.x.0123",
+            "Drop.1.0193a0b0c0d0e0f00112233445566778",
+            "a.1.2.3",
+        ] {
+            assert_eq!(ReservationId::parse(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Liveness, readiness (Redis and Postgres each checked, the missing one
+//! named), Prometheus metrics, and the JSON 404 for unknown paths.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::startup::AppState;
+
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+
+pub async fn readyz(State(app): State<AppState>) -> Response {
+    let mut conn = app.engine.conn.clone();
+    let redis_ok = tokio::time::timeout(
+        CHECK_TIMEOUT,
+        redis::cmd("PING").query_async::<String>(&mut conn),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    let pg_ok = tokio::time::timeout(
+        CHECK_TIMEOUT,
+        sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&app.pool),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    let word = |ok: bool| if ok { "ok" } else { "unavailable" };
+    let checks = json!({"redis": word(redis_ok), "postgres": word(pg_ok)});
+    if redis_ok && pg_ok {
+        return (
+            StatusCode::OK,
+            Json(json!({"status": "ready", "checks": checks})),
+        )
+            .into_response();
+    }
+    let missing: Vec<&str> = [("redis", redis_ok), ("postgres", pg_ok)]
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n)
+        .collect();
+    let body = json!({
+        "error": {"code": "not_ready", "message": format!("unavailable: {}", missing.join(", "))},
+        "checks": checks,
+    });
+    let mut res = (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(1));
+    res
+}
+
+pub async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("not_found", "no such endpoint")
+}

@@ -1,0 +1,271 @@
+//! Reservation endpoints. Validation order: sale exists → admit token (401/
+//! 403) → Idempotency-Key → body (400 malformed, 422 bad qty) → sale phase →
+//! in-process sold-out flag (410 without touching Redis) → load shedding
+//! (429) → the Redis engine. Every refusal before the engine changes nothing.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth;
+use crate::error::ApiError;
+use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
+use crate::sales::{Phase, Sale};
+use crate::startup::AppState;
+
+#[derive(Deserialize)]
+struct ReserveBody {
+    qty: i64,
+}
+
+fn rfc3339_ms(ms: u64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339()
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    Path(sale_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let result = create_inner(&app, &sale_id, &headers, &body).await;
+    let outcome = match &result {
+        Ok((_, true)) => "replayed",
+        Ok((_, false)) => "held",
+        Err(e) => e.code(),
+    };
+    metrics::counter!("flashsale_reservation_requests_total", "outcome" => outcome).increment(1);
+    metrics::histogram!("flashsale_reservation_seconds").record(started.elapsed().as_secs_f64());
+    match result {
+        Ok((body, replay)) => {
+            let location = format!(
+                "/api/reservations/{}",
+                body["reservation_id"].as_str().unwrap_or_default()
+            );
+            // A replay repeats the first answer exactly; the header only
+            // tells clients (and tests) that nothing new happened.
+            let mut res = (
+                StatusCode::ACCEPTED,
+                [(header::LOCATION, location)],
+                Json(body),
+            )
+                .into_response();
+            if replay {
+                res.headers_mut().insert(
+                    "idempotent-replayed",
+                    header::HeaderValue::from_static("true"),
+                );
+            }
+            res
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let value = headers.get("idempotency-key").ok_or_else(|| {
+        ApiError::bad_request(
+            "idempotency_key_missing",
+            "an Idempotency-Key header is required",
+        )
+    })?;
+    value
+        .to_str()
+        .ok()
+        .filter(|k| (1..=200).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "idempotency_key_invalid",
+                "Idempotency-Key must be 1-200 visible ASCII characters",
+            )
+        })
+}
+
+fn parse_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
+    let parsed: ReserveBody = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => {
+            ApiError::unprocessable("invalid_body", format!("body must be {{\"qty\": n}}: {e}"))
+        }
+        _ => ApiError::bad_request("malformed_json", "the body is not valid JSON"),
+    })?;
+    if parsed.qty < 1 || parsed.qty > i64::from(limit) {
+        return Err(ApiError::unprocessable(
+            "invalid_qty",
+            format!("qty must be between 1 and the per-user limit ({limit})"),
+        ));
+    }
+    Ok(parsed.qty)
+}
+
+async fn load_sale(app: &AppState, sale_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
+    app.sales
+        .get(sale_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("sale_not_found", format!("no sale {sale_id:?}")))
+}
+
+async fn create_inner(
+    app: &AppState,
+    sale_id: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Value, bool), ApiError> {
+    let sale = load_sale(app, sale_id).await?;
+    let cfg = &sale.config;
+    let claims = auth::admit_for_sale(&app.admission_keys, headers, &cfg.id)?;
+    let key = idempotency_key(headers)?;
+    let qty = parse_qty(body, cfg.per_user_limit)?;
+    match cfg.phase_by_time(Utc::now()) {
+        Phase::Upcoming => {
+            return Err(ApiError::conflict(
+                "sale_not_started",
+                "the sale has not started yet",
+            ));
+        }
+        Phase::Ended => {
+            return Err(ApiError::Gone {
+                code: "sale_ended",
+                message: "the sale has ended".into(),
+            });
+        }
+        Phase::Live | Phase::SoldOut => {}
+    }
+    let flag = app.sales.flag(&cfg.id);
+    let now = Instant::now();
+    if flag.is_fresh(now, app.sales.epoch) {
+        return Err(ApiError::SoldOut);
+    }
+    if flag.is_set() {
+        // Stale flag: one request per second asks Redis whether units came back.
+        if app.engine.all_shards_empty(&sale).await? {
+            flag.set(true, now, app.sales.epoch);
+            return Err(ApiError::SoldOut);
+        }
+        if flag.set(false, now, app.sales.epoch) {
+            metrics::counter!("flashsale_sold_out_flips_total", "to" => "selling").increment(1);
+        }
+    }
+    let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
+    match app.engine.reserve(&sale, &claims.sub, qty, key).await? {
+        Outcome::Held(hold) => {
+            if flag.is_set() {
+                flag.set(false, Instant::now(), app.sales.epoch);
+            }
+            Ok((
+                json!({
+                    "reservation_id": hold.reservation_id,
+                    "sale": hold.sale,
+                    "qty": hold.qty,
+                    "status": "held",
+                    "expires_at": rfc3339_ms(hold.expires_ms),
+                }),
+                hold.replay,
+            ))
+        }
+        Outcome::Limit { used } => Err(ApiError::conflict(
+            "per_user_limit",
+            format!(
+                "this account already has {used} of its {} units",
+                cfg.per_user_limit
+            ),
+        )),
+        Outcome::SoldOut => {
+            if flag.set(true, Instant::now(), app.sales.epoch) {
+                metrics::counter!("flashsale_sold_out_flips_total", "to" => "sold_out")
+                    .increment(1);
+            }
+            Err(ApiError::SoldOut)
+        }
+        Outcome::Uninitialized => Err(ApiError::Unavailable {
+            code: "sale_unavailable",
+            message: "the sale's stock is being restored; retry shortly".into(),
+            retry_after: 5,
+        }),
+        Outcome::Gone { reservation_id } => Err(ApiError::Gone {
+            code: "reservation_released",
+            message: format!(
+                "this Idempotency-Key's reservation {reservation_id} is no longer held"
+            ),
+        }),
+    }
+}
+
+/// The reservation `id`'s sale, live hold (if still in Redis) and the
+/// account asking, checked to be its owner.
+async fn owned_hold(
+    app: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<(std::sync::Arc<Sale>, Option<(usize, HoldRecord)>), ApiError> {
+    let not_found = || ApiError::not_found("reservation_not_found", "no such reservation");
+    let rid = ReservationId::parse(id).ok_or_else(not_found)?;
+    let sale = app.sales.get(rid.sale).await?.ok_or_else(not_found)?;
+    let account =
+        auth::account_for_reservation(&app.admission_keys, &app.user_keys, headers, rid.sale)?;
+    let found = app.engine.find_hold(&sale, id, rid.home).await?;
+    match &found {
+        Some((_, rec)) if rec.account != account => Err(ApiError::Forbidden(
+            "this reservation belongs to another account",
+        )),
+        Some(_) => Ok((sale, found)),
+        None => Err(not_found()),
+    }
+}
+
+pub async fn show(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (sale, found) = owned_hold(&app, &id, &headers).await?;
+    let (_, rec) = found.expect("owned_hold returns a hold or an error");
+    Ok(Json(json!({
+        "reservation_id": id,
+        "sale": sale.config.id,
+        "qty": rec.qty,
+        "status": rec.status,
+        "expires_at": rfc3339_ms(rec.expires_ms),
+    })))
+}
+
+pub async fn cancel(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (sale, found) = owned_hold(&app, &id, &headers).await?;
+    let (shard, _) = found.expect("owned_hold returns a hold or an error");
+    match app
+        .engine
+        .release(&sale.shards[shard], shard, &id, "cancelled")
+        .await?
+    {
+        Released::Now { qty } => {
+            // Units are back: this process may sell again at once.
+            app.sales
+                .flag(&sale.config.id)
+                .set(false, Instant::now(), app.sales.epoch);
+            Ok(Json(
+                json!({"reservation_id": id, "sale": sale.config.id, "qty": qty, "status": "cancelled"}),
+            ))
+        }
+        Released::Paid => Err(ApiError::conflict(
+            "reservation_paid",
+            "a paid reservation cannot be cancelled",
+        )),
+        Released::NotHeld => Err(ApiError::not_found(
+            "reservation_not_found",
+            "no such reservation",
+        )),
+    }
+}

@@ -1,0 +1,87 @@
+//! `GET /api/sales/{sale}`: the sale summary, computed from Redis (stock per
+//! shard) and Postgres (sold units), cached in process for at most 1 s so a
+//! crowd refreshing the page costs Redis one read per shard per second.
+
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::sales::{Phase, Sale};
+use crate::startup::AppState;
+
+/// How long a computed summary is served from memory.
+pub const SUMMARY_TTL: Duration = Duration::from_secs(1);
+
+pub async fn summary(
+    State(app): State<AppState>,
+    Path(sale_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some((at, body)) = app.summaries.lock().await.get(&sale_id)
+        && at.elapsed() < SUMMARY_TTL
+    {
+        return Ok(Json(body.clone()));
+    }
+    let sale = app
+        .sales
+        .get(&sale_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("sale_not_found", format!("no sale {sale_id:?}")))?;
+    let body = compute(&app, &sale).await?;
+    app.summaries
+        .lock()
+        .await
+        .insert(sale_id, (Instant::now(), body.clone()));
+    Ok(Json(body))
+}
+
+async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
+    let cfg = &sale.config;
+    let mut conn = app.engine.conn.clone();
+    let mut available: i64 = 0;
+    for k in &sale.shards {
+        let stock: Option<i64> = redis::cmd("GET")
+            .arg(&k.stock)
+            .query_async(&mut conn)
+            .await?;
+        available += stock.unwrap_or(0).max(0);
+    }
+    let sold: i64 = sqlx::query_scalar::<_, i32>("SELECT sold FROM inventory WHERE sale_id = $1")
+        .bind(&cfg.id)
+        .fetch_optional(&app.pool)
+        .await?
+        .map(i64::from)
+        .unwrap_or(0);
+    let total = i64::from(cfg.units_total);
+    let available = available.min(total);
+    let sold = sold.min(total - available);
+    let held = total - available - sold;
+    let sold_out = available == 0 && app.engine.all_shards_empty(sale).await?;
+    let mut phase = cfg.phase_by_time(Utc::now());
+    if phase == Phase::Live && sold_out {
+        phase = Phase::SoldOut;
+    }
+    // "Percent sold" as a shopper reads it: units no longer for sale.
+    let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;
+    Ok(json!({
+        "sale": cfg.id,
+        "name": cfg.name,
+        "price_cents": cfg.price_cents,
+        "starts_at": cfg.starts_at.to_rfc3339(),
+        "ends_at": cfg.ends_at.map(|e| e.to_rfc3339()),
+        "units_total": total,
+        "units_available": available,
+        "units_held": held,
+        "units_sold": sold,
+        "percent_sold": percent_sold,
+        "sold_out": sold_out,
+        "phase": phase,
+        "per_user_limit": cfg.per_user_limit,
+        "hold_seconds": cfg.hold_seconds,
+        "admission_rate": cfg.admission_rate,
+        "admission_factor": cfg.admission_factor,
+    }))
+}

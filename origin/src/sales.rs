@@ -1,0 +1,387 @@
+//! Sales: their configuration (Postgres is the one source), creation
+//! (Postgres row + Redis stock split over shards), an in-process cache so a
+//! running `origin serve` picks up a new sale without a restart, and each
+//! sale's in-process sold-out flag.
+//!
+//! Invariants kept here:
+//! - a sale's units are split over its shards so that the shards' stock adds
+//!   up to exactly `units_total` at creation;
+//! - `sale create` never overwrites live Redis stock: it refuses when any of
+//!   the sale's keys already exist;
+//! - the sold-out flag is only ever a cache: it is set after every shard
+//!   said empty and is rechecked against Redis at most 1 s later.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio::sync::RwLock;
+
+use crate::store::{RedisConn, ShardKeys, choose_tags, master_slot_ranges};
+
+/// A sale as configured.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct SaleConfig {
+    #[serde(rename = "sale")]
+    pub id: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub units_total: i32,
+    pub per_user_limit: i32,
+    pub shards: i32,
+    pub shard_tags: Vec<String>,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub hold_seconds: i32,
+    pub admission_rate: f64,
+    pub admission_factor: f64,
+}
+
+/// Whether a sale accepts reservations at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Upcoming,
+    Live,
+    SoldOut,
+    Ended,
+}
+
+impl SaleConfig {
+    pub fn phase_by_time(&self, now: DateTime<Utc>) -> Phase {
+        if now < self.starts_at {
+            Phase::Upcoming
+        } else if self.ends_at.is_some_and(|e| now >= e) {
+            Phase::Ended
+        } else {
+            Phase::Live
+        }
+    }
+}
+
+/// Sale ids travel in URLs, keys and reservation ids: keep them plain.
+pub fn valid_sale_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+/// A loaded sale: config plus the keys of each shard.
+#[derive(Debug)]
+pub struct Sale {
+    pub config: SaleConfig,
+    pub shards: Vec<ShardKeys>,
+}
+
+impl Sale {
+    fn new(config: SaleConfig, prefix: &str) -> Self {
+        let shards = config
+            .shard_tags
+            .iter()
+            .map(|t| ShardKeys::new(prefix, t))
+            .collect();
+        Sale { config, shards }
+    }
+}
+
+/// The in-process sold-out flag of one sale.
+#[derive(Debug, Default)]
+pub struct SoldOutFlag {
+    set: AtomicBool,
+    /// When the flag was last confirmed against Redis (ms since `epoch`).
+    checked_ms: AtomicU64,
+}
+
+/// How long a set sold-out flag is trusted before Redis is asked again.
+pub const SOLD_OUT_RECHECK: Duration = Duration::from_secs(1);
+
+impl SoldOutFlag {
+    /// `true` when the flag is set and was confirmed less than 1 s ago.
+    pub fn is_fresh(&self, now: Instant, epoch: Instant) -> bool {
+        self.set.load(Ordering::Acquire)
+            && now.duration_since(epoch).as_millis() as u64
+                - self.checked_ms.load(Ordering::Acquire)
+                < SOLD_OUT_RECHECK.as_millis() as u64
+    }
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+    /// Returns true when this call flipped the flag.
+    pub fn set(&self, value: bool, now: Instant, epoch: Instant) -> bool {
+        self.checked_ms.store(
+            now.duration_since(epoch).as_millis() as u64,
+            Ordering::Release,
+        );
+        self.set.swap(value, Ordering::AcqRel) != value
+    }
+}
+
+struct Cached {
+    sale: Option<Arc<Sale>>,
+    fetched: Instant,
+}
+
+/// How long a loaded sale config is reused before Postgres is asked again.
+const CONFIG_TTL: Duration = Duration::from_secs(5);
+/// Unknown sale ids are remembered briefly so junk ids cannot hammer Postgres.
+const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+
+/// Sale configs by id, loaded from Postgres on demand.
+pub struct SaleRegistry {
+    pool: PgPool,
+    prefix: String,
+    cache: RwLock<HashMap<String, Cached>>,
+    flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
+    pub epoch: Instant,
+}
+
+impl SaleRegistry {
+    pub fn new(pool: PgPool, prefix: String) -> Self {
+        SaleRegistry {
+            pool,
+            prefix,
+            cache: RwLock::new(HashMap::new()),
+            flags: Default::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The sale, or `None` if it does not exist.
+    pub async fn get(&self, id: &str) -> Result<Option<Arc<Sale>>, sqlx::Error> {
+        if !valid_sale_id(id) {
+            return Ok(None);
+        }
+        if let Some(c) = self.cache.read().await.get(id) {
+            let ttl = if c.sale.is_some() {
+                CONFIG_TTL
+            } else {
+                NEGATIVE_TTL
+            };
+            if c.fetched.elapsed() < ttl {
+                return Ok(c.sale.clone());
+            }
+        }
+        let row = load_sale(&self.pool, id).await?;
+        let sale = row.map(|cfg| Arc::new(Sale::new(cfg, &self.prefix)));
+        self.cache.write().await.insert(
+            id.to_string(),
+            Cached {
+                sale: sale.clone(),
+                fetched: Instant::now(),
+            },
+        );
+        Ok(sale)
+    }
+
+    /// The sold-out flag of a sale (created unset on first use).
+    pub fn flag(&self, id: &str) -> Arc<SoldOutFlag> {
+        self.flags
+            .lock()
+            .expect("flag map lock is never poisoned: no panics while held")
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Sales whose holds may still need sweeping: started or about to, and
+    /// not ended long ago.
+    pub async fn active(&self) -> Result<Vec<Arc<Sale>>, sqlx::Error> {
+        let rows: Vec<SaleConfig> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM sales
+             WHERE starts_at <= now() + interval '1 day'
+               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) > now())"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|c| Arc::new(Sale::new(c, &self.prefix)))
+            .collect())
+    }
+}
+
+const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
+     starts_at, ends_at, hold_seconds, admission_rate, admission_factor";
+
+async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// What `origin sale create` asks for.
+#[derive(Debug, Clone)]
+pub struct SaleSpec {
+    pub id: String,
+    pub name: String,
+    pub units: i32,
+    pub per_user_limit: i32,
+    pub shards: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub hold_seconds: i32,
+    pub admission_rate: f64,
+    pub admission_factor: f64,
+    pub price_cents: i64,
+}
+
+/// Why a sale could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("invalid sale: {0}")]
+    Invalid(String),
+    #[error("sale {0:?} already exists")]
+    Exists(String),
+    #[error("Redis already holds keys for sale {0:?}; refusing to overwrite live stock")]
+    RedisKeysExist(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl SaleSpec {
+    fn validate(&self) -> Result<(), CreateError> {
+        let bad = |m: &str| Err(CreateError::Invalid(m.to_string()));
+        if !valid_sale_id(&self.id) {
+            return bad(
+                "--sale must be 1-64 of a-z, 0-9, '-', '_' and start with a letter or digit",
+            );
+        }
+        if self.name.trim().is_empty() || self.name.len() > 200 {
+            return bad("--name must be 1-200 characters");
+        }
+        if self.units < 1 {
+            return bad("--units must be at least 1");
+        }
+        if self.per_user_limit < 1 {
+            return bad("--per-user-limit must be at least 1");
+        }
+        if !(1..=256).contains(&self.shards) || self.shards > self.units {
+            return bad("--shards must be 1-256 and not more than --units");
+        }
+        if self.hold_seconds < 1 {
+            return bad("--hold-seconds must be at least 1");
+        }
+        if !(self.admission_rate > 0.0 && self.admission_rate.is_finite()) {
+            return bad("--admission-rate must be a positive number of people per second");
+        }
+        if !(self.admission_factor > 0.0 && self.admission_factor.is_finite()) {
+            return bad("--admission-factor must be positive");
+        }
+        if self.price_cents < 0 {
+            return bad("--price-cents must not be negative");
+        }
+        if self.ends_at.is_some_and(|e| e <= self.starts_at) {
+            return bad("--ends-at must be after --starts-at");
+        }
+        Ok(())
+    }
+}
+
+/// Units of shard `i` when `units` are split over `shards` (the first
+/// `units % shards` shards get one more).
+pub fn shard_units(units: i32, shards: i32, i: i32) -> i32 {
+    units / shards + i32::from(i < units % shards)
+}
+
+/// Writes the sale to Postgres and initializes its stock in Redis.
+pub async fn create_sale(
+    pool: &PgPool,
+    conn: &mut RedisConn,
+    prefix: &str,
+    spec: &SaleSpec,
+) -> Result<SaleConfig, CreateError> {
+    spec.validate()?;
+    let masters = master_slot_ranges(conn).await?;
+    let tags = choose_tags(prefix, &spec.id, spec.shards as u32, &masters);
+    let keys: Vec<ShardKeys> = tags.iter().map(|t| ShardKeys::new(prefix, t)).collect();
+    for k in &keys {
+        let exists: bool = conn.exists(&k.stock).await?;
+        if exists {
+            return Err(CreateError::RedisKeysExist(spec.id.clone()));
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
+                            starts_at, ends_at, hold_seconds, admission_rate, admission_factor)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&spec.id)
+    .bind(&spec.name)
+    .bind(spec.price_cents)
+    .bind(spec.units)
+    .bind(spec.per_user_limit)
+    .bind(spec.shards)
+    .bind(&tags)
+    .bind(spec.starts_at)
+    .bind(spec.ends_at)
+    .bind(spec.hold_seconds)
+    .bind(spec.admission_rate)
+    .bind(spec.admission_factor)
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(CreateError::Exists(spec.id.clone()));
+    }
+    sqlx::query("INSERT INTO inventory (sale_id, total) VALUES ($1, $2)")
+        .bind(&spec.id)
+        .bind(spec.units)
+        .execute(&mut *tx)
+        .await?;
+    // Redis first, then commit: if Redis fails the sale does not exist at
+    // all; if the commit fails the orphan keys are refused by a re-run
+    // (RedisKeysExist) and visible to the operator.
+    for (i, k) in keys.iter().enumerate() {
+        let units = shard_units(spec.units, spec.shards, i as i32);
+        let ok: bool = redis::cmd("SET")
+            .arg(&k.stock)
+            .arg(units)
+            .arg("NX")
+            .query_async(conn)
+            .await?;
+        if !ok {
+            return Err(CreateError::RedisKeysExist(spec.id.clone()));
+        }
+    }
+    tx.commit().await?;
+    load_sale(pool, &spec.id)
+        .await?
+        .ok_or_else(|| CreateError::Invalid("sale vanished after insert".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_units_add_up() {
+        for units in 1..200 {
+            for shards in 1..=units.min(17) {
+                let sum: i32 = (0..shards).map(|i| shard_units(units, shards, i)).sum();
+                assert_eq!(sum, units);
+            }
+        }
+    }
+
+    #[test]
+    fn sale_ids() {
+        assert!(valid_sale_id("drop-1"));
+        assert!(!valid_sale_id("Drop"));
+        assert!(!valid_sale_id("-x"));
+        assert!(!valid_sale_id("a.b"));
+        assert!(!valid_sale_id(""));
+        assert!(!valid_sale_id(&"a".repeat(65)));
+    }
+}

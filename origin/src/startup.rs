@@ -1,0 +1,179 @@
+//! Building and running the origin: connections, shared state, the HTTP
+//! server on its listener, the background workers, and graceful shutdown
+//! (SIGINT/SIGTERM: stop accepting, finish in-flight requests, stop workers).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tokio::sync::{Mutex, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::configuration::Settings;
+use crate::reservations::Engine;
+use crate::sales::SaleRegistry;
+use crate::store::{self, Scripts};
+use crate::{routes, sweep, telemetry};
+
+/// Shared by every request handler.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+pub struct Inner {
+    pub pool: PgPool,
+    pub engine: Arc<Engine>,
+    pub sales: Arc<SaleRegistry>,
+    pub user_keys: token::KeyRing,
+    pub admission_keys: token::KeyRing,
+    pub in_flight: Semaphore,
+    pub summaries: Mutex<HashMap<String, (Instant, serde_json::Value)>>,
+    pub metrics: PrometheusHandle,
+    pub settings: Settings,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// Which background workers `serve` runs in-process.
+#[derive(Debug, Clone, Copy)]
+pub struct Workers {
+    pub settle: bool,
+    pub sweep: bool,
+    pub reconcile: bool,
+}
+
+impl Workers {
+    pub const ALL: Workers = Workers {
+        settle: true,
+        sweep: true,
+        reconcile: true,
+    };
+}
+
+/// Connects to Postgres (lazily: readiness reports it when it is down).
+pub fn pg_pool(url: &str) -> anyhow::Result<PgPool> {
+    PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(url)
+        .with_context(|| "DATABASE_URL is not a valid Postgres URL")
+}
+
+/// Applies `migrations/`.
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::migrate!("../migrations")
+        .run(pool)
+        .await
+        .context("applying migrations")
+}
+
+/// A built, bound, not yet running origin.
+pub struct Application {
+    port: u16,
+    listener: TcpListener,
+    state: AppState,
+    workers: Workers,
+}
+
+impl Application {
+    /// Connects, migrates, binds `settings.addr` (port 0 picks a free port).
+    pub async fn build(settings: Settings, workers: Workers) -> anyhow::Result<Self> {
+        let pool = pg_pool(&settings.database_url)?;
+        migrate(&pool)
+            .await
+            .context("Postgres must be reachable at start (DATABASE_URL)")?;
+        let conn = store::connect(&settings.redis)
+            .await
+            .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
+        let listener = TcpListener::bind(settings.addr)
+            .await
+            .with_context(|| format!("binding {}", settings.addr))?;
+        let port = listener.local_addr()?.port();
+        let state = AppState(Arc::new(Inner {
+            engine: Arc::new(Engine {
+                conn,
+                scripts: Scripts::load(),
+            }),
+            sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
+            pool,
+            user_keys: settings.user_keys.clone(),
+            admission_keys: settings.admission_keys.clone(),
+            in_flight: Semaphore::new(settings.max_in_flight),
+            summaries: Mutex::new(HashMap::new()),
+            metrics: telemetry::metrics_handle(),
+            settings,
+        }));
+        Ok(Application {
+            port,
+            listener,
+            state,
+            workers,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn state(&self) -> AppState {
+        self.state.clone()
+    }
+
+    /// Serves until `stop` is cancelled, then drains and stops the workers.
+    pub async fn run_until_stopped(self, stop: CancellationToken) -> anyhow::Result<()> {
+        let state = self.state;
+        let mut tasks = tokio::task::JoinSet::new();
+        if self.workers.sweep {
+            tasks.spawn(sweep::run(
+                state.engine.clone(),
+                state.sales.clone(),
+                state.settings.sweep_interval,
+                stop.clone(),
+            ));
+        }
+        tracing::info!(port = self.port, "origin listening");
+        let app = routes::router(state.clone());
+        let server_stop = stop.clone();
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move { server_stop.cancelled().await })
+            .await
+            .context("HTTP server")?;
+        stop.cancel();
+        while tasks.join_next().await.is_some() {}
+        tracing::info!("origin stopped");
+        Ok(())
+    }
+}
+
+/// Cancels the token on SIGINT or SIGTERM.
+pub fn stop_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("installing a SIGTERM handler");
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        tracing::info!("shutdown requested");
+        t.cancel();
+    });
+    token
+}

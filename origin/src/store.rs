@@ -1,0 +1,285 @@
+//! The speed layer's plumbing: one connection type for a single Redis or a
+//! Redis Cluster, the key layout, the Lua scripts, and the choice of shard
+//! hash tags.
+//!
+//! Invariants kept here:
+//! - every key of a shard carries the shard's hash tag, so each script (which
+//!   only ever receives one shard's keys) touches one cluster slot;
+//! - scripts are created once per process from `lua/` and called by EVALSHA;
+//!   `redis::Script` reloads a script and retries when Redis answers
+//!   NOSCRIPT (e.g. after `SCRIPT FLUSH` or a failover);
+//! - a sale's shard tags are chosen once, at `sale create`, and stored in
+//!   Postgres, so every process computes the same keys.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+
+use crate::configuration::RedisTarget;
+
+/// A connection to either deployment shape; the code path above it is the same.
+#[derive(Clone)]
+pub enum RedisConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// How long one Redis answer may take before the request fails (503).
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1_000);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Connects to Redis. For a single Redis the manager reconnects by itself
+/// after an outage, so the origin serves again once Redis is back.
+pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
+    match target {
+        RedisTarget::Single(url) => {
+            let client = redis::Client::open(url.as_str())?;
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            Ok(RedisConn::Single(
+                client.get_connection_manager_with_config(config).await?,
+            ))
+        }
+        RedisTarget::Cluster(nodes) => {
+            let urls: Vec<String> = nodes.iter().map(|n| format!("redis://{n}")).collect();
+            let client = redis::cluster::ClusterClient::builder(urls)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .retries(2)
+                .build()?;
+            Ok(RedisConn::Cluster(client.get_async_connection().await?))
+        }
+    }
+}
+
+/// The keys of one shard, all under the shard's hash tag. Their order is the
+/// `KEYS[1..7]` layout documented in `lua/_lib.lua`.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    base: String,
+    pub stock: String,
+    pub holds: String,
+    pub exp: String,
+    pub users: String,
+    pub quota: String,
+    pub stream: String,
+    pub unquota: String,
+}
+
+impl ShardKeys {
+    pub fn new(prefix: &str, tag: &str) -> Self {
+        let base = format!("{prefix}:{{{tag}}}");
+        ShardKeys {
+            stock: format!("{base}:stock"),
+            holds: format!("{base}:holds"),
+            exp: format!("{base}:exp"),
+            users: format!("{base}:users"),
+            quota: format!("{base}:quota"),
+            stream: format!("{base}:stream"),
+            unquota: format!("{base}:unquota"),
+            base,
+        }
+    }
+
+    /// `KEYS[1..7]` in script order.
+    pub fn all(&self) -> [&str; 7] {
+        [
+            &self.stock,
+            &self.holds,
+            &self.exp,
+            &self.users,
+            &self.quota,
+            &self.stream,
+            &self.unquota,
+        ]
+    }
+
+    /// The idempotency record of (account, Idempotency-Key) on this shard.
+    pub fn idem(&self, account: &str, key: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(account.as_bytes());
+        h.update([0u8]);
+        h.update(key.as_bytes());
+        format!("{}:idem:{}", self.base, hex::encode(&h.finalize()[..16]))
+    }
+
+    /// take.lua's once-only decision for a spilled hold on this shard.
+    pub fn spill_marker(&self, hold_id: &str) -> String {
+        format!("{}:spill:{hold_id}", self.base)
+    }
+}
+
+/// The product's Lua scripts, each `lua/_lib.lua` + its own file.
+pub struct Scripts {
+    pub reserve: Script,
+    pub take: Script,
+    pub quota_commit: Script,
+    pub quota_return: Script,
+    pub release: Script,
+    pub sweep: Script,
+}
+
+const LIB: &str = include_str!("../../lua/_lib.lua");
+
+fn with_lib(body: &str) -> Script {
+    Script::new(&format!("{LIB}\n{body}"))
+}
+
+impl Scripts {
+    pub fn load() -> Self {
+        Scripts {
+            reserve: with_lib(include_str!("../../lua/reserve.lua")),
+            take: with_lib(include_str!("../../lua/take.lua")),
+            quota_commit: Script::new(include_str!("../../lua/quota_commit.lua")),
+            quota_return: Script::new(include_str!("../../lua/quota_return.lua")),
+            release: with_lib(include_str!("../../lua/release.lua")),
+            sweep: with_lib(include_str!("../../lua/sweep.lua")),
+        }
+    }
+}
+
+/// The cluster slot of a hash tag (CRC16/XMODEM mod 16384, as Redis does).
+pub fn slot_of(tag: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384
+}
+
+/// Chooses one hash tag per shard. On a single Redis the plain
+/// `<prefix>/<sale>/<i>` is used. On a cluster, shard `i` is steered to
+/// master `i mod M` (masters ordered by their first slot) by trying suffixes
+/// until the tag's slot belongs to that master: naive suffixes can land
+/// 9/4/3 on three masters; this lands as evenly as the shard count allows.
+pub fn choose_tags(
+    prefix: &str,
+    sale: &str,
+    shards: u32,
+    masters: &[Vec<(u16, u16)>],
+) -> Vec<String> {
+    (0..shards)
+        .map(|i| {
+            let plain = format!("{prefix}/{sale}/{i}");
+            if masters.len() < 2 {
+                return plain;
+            }
+            let ranges = &masters[i as usize % masters.len()];
+            (0u32..)
+                .map(|k| format!("{plain}.{k}"))
+                .find(|tag| {
+                    let s = slot_of(tag);
+                    ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&s))
+                })
+                .expect("every master owns at least one slot")
+        })
+        .collect()
+}
+
+/// The slot ranges of each master, ordered by their lowest slot; empty for a
+/// single Redis.
+pub async fn master_slot_ranges(conn: &mut RedisConn) -> redis::RedisResult<Vec<Vec<(u16, u16)>>> {
+    if matches!(conn, RedisConn::Single(_)) {
+        return Ok(vec![]);
+    }
+    // CLUSTER SLOTS: [[start, end, [host, port, id], replicas…], …]
+    let raw: Vec<Value> = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    let mut by_master: std::collections::BTreeMap<String, Vec<(u16, u16)>> = Default::default();
+    for entry in raw {
+        let Value::Array(parts) = entry else { continue };
+        if parts.len() < 3 {
+            continue;
+        }
+        let lo: u16 = redis::from_redis_value(parts[0].clone())?;
+        let hi: u16 = redis::from_redis_value(parts[1].clone())?;
+        let Value::Array(node) = &parts[2] else {
+            continue;
+        };
+        let host: String = redis::from_redis_value(node[0].clone())?;
+        let port: u16 = redis::from_redis_value(node[1].clone())?;
+        by_master
+            .entry(format!("{host}:{port}"))
+            .or_default()
+            .push((lo, hi));
+    }
+    let mut masters: Vec<Vec<(u16, u16)>> = by_master.into_values().collect();
+    for m in &mut masters {
+        m.sort();
+    }
+    masters.sort_by_key(|m| m[0].0);
+    Ok(masters)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis_reference_values() {
+        // Reference values from the Redis Cluster specification.
+        assert_eq!(slot_of("123456789"), 0x31C3);
+        assert_eq!(slot_of("foo"), 12182);
+    }
+
+    #[test]
+    fn tags_spread_over_masters() {
+        let masters = vec![vec![(0, 5460)], vec![(5461, 10922)], vec![(10923, 16383)]];
+        let tags = choose_tags("fs", "drop", 6, &masters);
+        let mut counts = [0; 3];
+        for t in &tags {
+            let s = slot_of(t);
+            counts[masters
+                .iter()
+                .position(|m| m.iter().any(|(a, b)| (*a..=*b).contains(&s)))
+                .unwrap()] += 1;
+        }
+        assert_eq!(counts, [2, 2, 2]);
+        assert_eq!(
+            choose_tags("fs", "drop", 2, &[]),
+            vec!["fs/drop/0", "fs/drop/1"]
+        );
+    }
+
+    #[test]
+    fn every_shard_key_shares_the_tag() {
+        let k = ShardKeys::new("p", "p/s/0");
+        for key in k
+            .all()
+            .iter()
+            .copied()
+            .chain([k.idem("a", "b").as_str(), k.spill_marker("h").as_str()])
+        {
+            assert!(key.contains("{p/s/0}"), "{key}");
+        }
+    }
+}
