@@ -1,1 +1,21 @@
-//! placeholder
+//! The edge: a Cloudflare Worker (Rust compiled to Wasm) in front of the
+//! origin. It serves the queue page, holds each sale's fair queue in a
+//! `SaleQueue` Durable Object, admits people at the sale's admission rate
+//! with HMAC `admit` tokens, caches the sale summary and the sold-out flag,
+//! and forwards admitted requests to the origin.
+//!
+//! Layout: the pure modules ([`api`], [`draw`], [`frontier`], [`queue`]) hold
+//! all the logic and are tested on the host; `glue` and `sale_queue` (Wasm
+//! only) are thin runtime glue. Invariant: nothing in this crate trusts
+//! input — every token is verified, every id validated, and no input can
+//! make it panic.
+
+pub mod api;
+pub mod draw;
+pub mod frontier;
+pub mod queue;
+
+#[cfg(target_arch = "wasm32")]
+mod glue;
+#[cfg(target_arch = "wasm32")]
+mod sale_queue;

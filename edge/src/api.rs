@@ -1,0 +1,253 @@
+//! The edge's public API surface, without the runtime: routing and errors.
+//!
+//! Role: turn a method and a path into a [`Route`] and every failure into
+//! the documented body `{"error":{"code","message"}}` with its status.
+//!
+//! Invariants kept here:
+//! - routing never panics, whatever the path (ids are checked, bounded and
+//!   restricted to `[A-Za-z0-9_-]`, so they can be put in a URL or a Durable
+//!   Object name as they are);
+//! - every error body has the same shape, and token errors keep the distinct
+//!   code of `token::TokenError::code()`.
+
+use serde_json::json;
+
+/// Longest sale or reservation id accepted.
+pub const MAX_ID_LEN: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Health,
+    /// Plain-text baseline for benchmarks.
+    Ping,
+    Summary(String),
+    Join(String),
+    Status(String),
+    Draw(String),
+    Reserve(String),
+    ReservationGet(String),
+    ReservationCancel(String),
+    ReservationPurchase(String),
+    /// The queue page for a sale (HTML from the static assets).
+    Page(String),
+    MethodNotAllowed,
+    NotFound,
+}
+
+/// A valid id: 1-64 of `[A-Za-z0-9_-]`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Routes a request. `path` is the URL path (no query).
+pub fn route(method: &str, path: &str) -> Route {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let id = |s: &str, r: fn(String) -> Route| {
+        if valid_id(s) {
+            r(s.to_string())
+        } else {
+            Route::NotFound
+        }
+    };
+    let want = |m: &str, r: Route| {
+        if r == Route::NotFound || method == m || (m == "GET" && method == "HEAD") {
+            r
+        } else {
+            Route::MethodNotAllowed
+        }
+    };
+    match segs.as_slice() {
+        ["api", "health"] => want("GET", Route::Health),
+        ["api", "ping"] => want("GET", Route::Ping),
+        ["api", "sales", s] => want("GET", id(s, Route::Summary)),
+        ["api", "sales", s, "queue"] => match method {
+            "POST" => id(s, Route::Join),
+            "GET" | "HEAD" => id(s, Route::Status),
+            _ => Route::MethodNotAllowed,
+        },
+        ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
+        ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
+        ["api", "reservations", r] => match method {
+            "GET" | "HEAD" => id(r, Route::ReservationGet),
+            "DELETE" => id(r, Route::ReservationCancel),
+            _ => Route::MethodNotAllowed,
+        },
+        ["api", "reservations", r, "purchase"] => want("POST", id(r, Route::ReservationPurchase)),
+        ["sales", s] => want("GET", id(s, Route::Page)),
+        _ => Route::NotFound,
+    }
+}
+
+/// An API error: HTTP status, stable code, human message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+    /// Seconds, for 429/503.
+    pub retry_after: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.to_string(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn retry_after(mut self, secs: u32) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    pub fn body(&self) -> String {
+        json!({"error": {"code": self.code, "message": self.message}}).to_string()
+    }
+
+    pub fn not_found() -> Self {
+        Self::new(404, "not_found", "no such route")
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            405,
+            "method_not_allowed",
+            "method not allowed on this route",
+        )
+    }
+
+    pub fn sale_not_found(sale: &str) -> Self {
+        Self::new(
+            404,
+            "sale_not_found",
+            format!("sale {sale:?} does not exist"),
+        )
+    }
+
+    pub fn token_missing() -> Self {
+        Self::new(
+            401,
+            "token_missing",
+            "an Authorization: Bearer token is required",
+        )
+    }
+
+    pub fn sold_out() -> Self {
+        Self::new(410, "sold_out", "the sale is sold out")
+    }
+
+    pub fn origin_unavailable() -> Self {
+        Self::new(
+            503,
+            "origin_unavailable",
+            "the shop is busy, try again shortly",
+        )
+        .retry_after(2)
+    }
+
+    /// A refused token: 403 for a token of another sale, 401 otherwise.
+    pub fn token(e: token::TokenError) -> Self {
+        let status = if e == token::TokenError::WrongSale {
+            403
+        } else {
+            401
+        };
+        Self::new(status, e.code(), e.to_string())
+    }
+}
+
+/// The bearer token of an `Authorization` header value, if any.
+pub fn bearer(header: Option<&str>) -> Option<&str> {
+    let h = header?.trim();
+    let (scheme, rest) = h.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let t = rest.trim();
+    (!t.is_empty()).then_some(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(route("GET", "/api/health"), Route::Health);
+        assert_eq!(
+            route("GET", "/api/sales/drop-1"),
+            Route::Summary("drop-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/drop-1/queue"),
+            Route::Join("drop-1".into())
+        );
+        assert_eq!(
+            route("GET", "/api/sales/drop-1/queue"),
+            Route::Status("drop-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/d/reservations"),
+            Route::Reserve("d".into())
+        );
+        assert_eq!(
+            route("DELETE", "/api/reservations/r1"),
+            Route::ReservationCancel("r1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/reservations/r1/purchase"),
+            Route::ReservationPurchase("r1".into())
+        );
+        assert_eq!(route("GET", "/sales/drop-1"), Route::Page("drop-1".into()));
+        assert_eq!(route("PUT", "/api/sales/d/queue"), Route::MethodNotAllowed);
+        assert_eq!(
+            route("GET", "/api/sales/d/reservations"),
+            Route::MethodNotAllowed
+        );
+    }
+
+    #[test]
+    fn hostile_paths_are_not_found() {
+        for p in [
+            "",
+            "/",
+            "/api",
+            "/api/sales/",
+            "/api/sales/a%2Fb",
+            "/api/sales/../x",
+            "/api/sales/ä",
+            "/api/sales/a b/queue",
+            &format!("/api/sales/{}", "x".repeat(65)),
+            "//////",
+            "/api/reservations//purchase",
+        ] {
+            assert_eq!(route("GET", p), Route::NotFound, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer   abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(Some("Bearer ")), None);
+        assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn error_bodies_have_one_shape() {
+        let e = ApiError::token(token::TokenError::WrongSale);
+        assert_eq!(e.status, 403);
+        let v: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
+        assert_eq!(v["error"]["code"], "token_wrong_sale");
+        assert!(v["error"]["message"].is_string());
+        assert_eq!(ApiError::token(token::TokenError::Expired).status, 401);
+    }
+}

@@ -1,0 +1,681 @@
+//! Worker glue (Wasm only): the `fetch` event, isolate-memory caches, the
+//! Cache API, and forwarding to the origin.
+//!
+//! Role: wire requests to the pure modules and to the `SaleQueue` object.
+//! Invariants kept here:
+//! - a status poll in steady state is a ticket check plus arithmetic on a
+//!   queue snapshot cached in isolate memory for at most 1 s: it does not
+//!   reach the Durable Object;
+//! - the origin's sale summary is cached (Cache API) for at most 1 s and a
+//!   stale copy is served, marked, when the origin sheds or fails;
+//! - once the edge knows a sale is sold out (an origin 410, the summary, or
+//!   the queue object) reservations get 410 here without an origin request;
+//!   the flag lives 3 s and is then rechecked against the summary, never by
+//!   sending a reservation;
+//! - isolate memory is only ever a cache (a panic or eviction wipes it);
+//! - every answer is JSON with the documented error shape; no input panics.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use token::{Claims, Expect, KeyRing, TokenError, TokenType};
+use worker::{
+    AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
+    Result, event, js_sys, web_sys,
+};
+
+use crate::api::{self, ApiError, Route};
+use crate::draw;
+use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status};
+
+/// How long a queue snapshot is reused from isolate memory.
+const SNAPSHOT_TTL_MS: u64 = 1_000;
+/// How long a stale snapshot may stand in when the object cannot answer.
+const SNAPSHOT_STALE_MS: u64 = 60_000;
+/// How long the sold-out flag stands before it is rechecked.
+const SOLD_OUT_RECHECK_MS: u64 = 3_000;
+/// Stale sale summaries are served for up to this long when the origin fails.
+const SUMMARY_STALE_MS: u64 = 600_000;
+const ORIGIN_TIMEOUT_MS: u32 = 5_000;
+const SUMMARY_TIMEOUT_MS: u32 = 2_000;
+/// Bound on per-sale entries kept in isolate memory.
+const MAX_CACHED_SALES: usize = 1_024;
+const CACHE_HOST: &str = "https://edge-cache.flashsale.internal";
+
+type ApiResult<T> = std::result::Result<T, ApiError>;
+
+thread_local! {
+    static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
+    static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
+    static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
+}
+
+pub(crate) fn now_ms() -> u64 {
+    js_sys::Date::now().max(0.0) as u64
+}
+
+fn bounded_insert<V>(map: &mut HashMap<String, V>, key: String, value: V) {
+    if map.len() >= MAX_CACHED_SALES && !map.contains_key(&key) {
+        map.clear();
+    }
+    map.insert(key, value);
+}
+
+/// The key ring named `name` from the environment, parsed once per isolate.
+pub(crate) fn ring(env: &Env, name: &'static str) -> ApiResult<Rc<KeyRing>> {
+    let raw = env
+        .secret(name)
+        .map(|s| s.to_string())
+        .or_else(|_| env.var(name).map(|v| v.to_string()))
+        .map_err(|_| ApiError::new(500, "config_error", format!("{name} is not set")))?;
+    if let Some(r) = RINGS.with(|m| {
+        m.borrow()
+            .get(name)
+            .filter(|(text, _)| *text == raw)
+            .map(|(_, r)| r.clone())
+    }) {
+        return Ok(r);
+    }
+    let parsed = Rc::new(
+        KeyRing::parse(&raw)
+            .map_err(|e| ApiError::new(500, "config_error", format!("{name}: {e}")))?,
+    );
+    RINGS.with(|m| m.borrow_mut().insert(name, (raw, parsed.clone())));
+    Ok(parsed)
+}
+
+fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json; charset=utf-8")?;
+    headers.set("cache-control", cache)?;
+    Ok(Response::ok(body.to_string())?
+        .with_status(status)
+        .with_headers(headers))
+}
+
+fn error_response(e: &ApiError) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json; charset=utf-8")?;
+    headers.set("cache-control", "no-store")?;
+    if let Some(s) = e.retry_after {
+        headers.set("retry-after", &s.to_string())?;
+    }
+    Ok(Response::ok(e.body())?
+        .with_status(e.status)
+        .with_headers(headers))
+}
+
+fn internal(e: worker::Error) -> ApiError {
+    ApiError::new(500, "internal", format!("edge error: {e}"))
+}
+
+fn bearer_of(req: &Request) -> ApiResult<String> {
+    let h = req.headers().get("authorization").ok().flatten();
+    api::bearer(h.as_deref())
+        .map(str::to_string)
+        .ok_or_else(ApiError::token_missing)
+}
+
+fn origin_url(env: &Env) -> String {
+    env.var("ORIGIN_URL")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| "http://127.0.0.1:8080".to_string())
+        .trim_end_matches('/')
+        .to_string()
+}
+
+/// Sends with a timeout (an aborted fetch is an error like a refused one).
+pub(crate) async fn send_with_timeout(f: Fetch, ms: u32) -> Result<Response> {
+    let signal = AbortSignal::from(web_sys::AbortSignal::timeout_with_u32(ms));
+    f.send_with_signal(&signal).await
+}
+
+#[event(fetch)]
+async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    let method = req.method().to_string();
+    let path = req.path();
+    let out = match api::route(&method, &path) {
+        Route::Health => json_response(
+            200,
+            &json!({"ok": true, "service": "edge", "time_ms": now_ms()}),
+            "no-store",
+        )
+        .map_err(internal),
+        Route::Ping => Response::ok("pong").map_err(internal),
+        Route::Summary(sale) => summary(&env, &sale).await,
+        Route::Join(sale) => join(&env, &req, &sale).await,
+        Route::Status(sale) => status(&env, &req, &sale).await,
+        Route::Draw(sale) => draw_audit(&env, &req, &sale).await,
+        Route::Reserve(sale) => reserve(&env, req, &sale).await,
+        Route::ReservationGet(id) => {
+            forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await
+        }
+        Route::ReservationCancel(id) => {
+            forward_reservation(
+                &env,
+                req,
+                Method::Delete,
+                &format!("/api/reservations/{id}"),
+            )
+            .await
+        }
+        Route::ReservationPurchase(id) => {
+            forward_reservation(
+                &env,
+                req,
+                Method::Post,
+                &format!("/api/reservations/{id}/purchase"),
+            )
+            .await
+        }
+        Route::Page(_) => page(&env).await,
+        Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
+        Route::NotFound => Err(ApiError::not_found()),
+    };
+    match out {
+        Ok(r) => Ok(r),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn page(env: &Env) -> ApiResult<Response> {
+    let assets = env.assets("ASSETS").map_err(internal)?;
+    let mut r = assets
+        .fetch("https://assets.local/sale.html", None)
+        .await
+        .map_err(internal)?;
+    if r.status_code() != 200 {
+        r = assets
+            .fetch("https://assets.local/index.html", None)
+            .await
+            .map_err(internal)?;
+    }
+    Ok(r)
+}
+
+// ---------------------------------------------------------------- the queue
+
+/// The `SaleQueue` object of a sale.
+fn queue_stub(env: &Env, sale: &str) -> ApiResult<worker::Stub> {
+    env.durable_object("SALE_QUEUE")
+        .and_then(|ns| ns.id_from_name(sale).and_then(|id| id.get_stub()))
+        .map_err(internal)
+}
+
+/// Calls the sale's object; maps its JSON errors through.
+pub(crate) async fn call_queue(
+    env: &Env,
+    sale: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> ApiResult<Value> {
+    let stub = queue_stub(env, sale)?;
+    let headers = Headers::new();
+    headers.set("x-sale", sale).map_err(internal)?;
+    headers
+        .set("content-type", "application/json")
+        .map_err(internal)?;
+    let mut init = RequestInit::new();
+    init.with_method(method).with_headers(headers);
+    if let Some(b) = body {
+        init.with_body(Some(b.to_string().into()));
+    }
+    let req =
+        Request::new_with_init(&format!("https://sale-queue{path}"), &init).map_err(internal)?;
+    let mut resp = stub.fetch_with_request(req).await.map_err(|_| {
+        ApiError::new(503, "queue_unavailable", "the queue is busy, try again").retry_after(1)
+    })?;
+    let status = resp.status_code();
+    let text = resp.text().await.map_err(internal)?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|_| ApiError::new(502, "queue_error", "the queue answered garbage"))?;
+    if status >= 400 {
+        let code = v["error"]["code"].as_str().unwrap_or("queue_error");
+        let msg = v["error"]["message"].as_str().unwrap_or("queue error");
+        let mut e = ApiError::new(status, code, msg);
+        if status == 503 {
+            e = e.retry_after(1);
+        }
+        return Err(e);
+    }
+    Ok(v)
+}
+
+fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
+    let s = Rc::new(s);
+    let sale = s.sale.clone();
+    if s.sold_out {
+        set_sold_out_local(&sale);
+    }
+    SNAPSHOTS.with(|m| bounded_insert(&mut m.borrow_mut(), sale, (now_ms(), s.clone())));
+    s
+}
+
+/// The queue snapshot, from isolate memory if at most 1 s old.
+async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
+    let now = now_ms();
+    let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
+    if let Some((at, s)) = &cached
+        && now.saturating_sub(*at) < SNAPSHOT_TTL_MS
+    {
+        return Ok(s.clone());
+    }
+    match call_queue(env, sale, Method::Get, "/snapshot", None).await {
+        Ok(v) => {
+            let s: Snapshot = serde_json::from_value(v)
+                .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
+            Ok(remember_snapshot(s))
+        }
+        Err(e) if e.status >= 500 => match cached {
+            // People keep their place and see `waiting`, not an error page.
+            Some((at, s)) if now.saturating_sub(at) < SNAPSHOT_STALE_MS => Ok(s),
+            _ => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Placed {
+    ticket: String,
+    place: Option<u64>,
+    snapshot: Snapshot,
+}
+
+fn status_body(
+    env: &Env,
+    sale: &str,
+    sub: &str,
+    ticket: &str,
+    place: Option<u64>,
+    snap: &Snapshot,
+) -> ApiResult<Value> {
+    let now = now_ms();
+    let mut s = snap.clone();
+    s.sold_out = s.sold_out || sold_out_local(sale);
+    let v = queue::view(place, &s, now, js_sys::Math::random());
+    let mut body = json!({
+        "ticket": ticket,
+        "status": v.status,
+        "place": v.place,
+        "position": v.position,
+        "ahead": v.ahead,
+        "eta_seconds": v.eta_seconds,
+        "poll_after_ms": v.poll_after_ms,
+        "starts_at_ms": s.starts_at_ms,
+    });
+    if v.status == Status::Admitted {
+        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
+        let claims = Claims::new(
+            TokenType::Admit,
+            sub,
+            Some(sale.to_string()),
+            now / 1000,
+            ADMIT_TTL_SECS,
+        );
+        body["admission_token"] = json!(ring.sign(&claims));
+        body["admission_expires_at"] = json!(claims.exp);
+    }
+    Ok(body)
+}
+
+async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let token = bearer_of(req)?;
+    let users = ring(env, "USER_TOKEN_KEYS")?;
+    let claims = users
+        .verify(
+            &token,
+            Expect {
+                typ: TokenType::User,
+                sale: None,
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    let v = call_queue(
+        env,
+        sale,
+        Method::Post,
+        "/join",
+        Some(json!({"sub": claims.sub})),
+    )
+    .await?;
+    let p: Placed =
+        serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
+    let snap = remember_snapshot(p.snapshot);
+    let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
+    json_response(200, &body, "no-store").map_err(internal)
+}
+
+async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let token = bearer_of(req)?;
+    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let claims = tickets
+        .verify(
+            &token,
+            Expect {
+                typ: TokenType::Ticket,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    let place = claims.tkt.as_ref().and_then(|t| t.place);
+    let snap = snapshot(env, sale).await?;
+    if place.is_none() && snap.drawn {
+        // Once per person after the draw: learn the drawn place.
+        let path = format!("/place?sub={}", urlencode(&claims.sub));
+        let v = call_queue(env, sale, Method::Get, &path, None).await?;
+        let p: Placed = serde_json::from_value(v)
+            .map_err(|_| ApiError::new(502, "queue_error", "bad place"))?;
+        let snap = remember_snapshot(p.snapshot);
+        let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
+        return json_response(200, &body, "no-store").map_err(internal);
+    }
+    let body = status_body(env, sale, &claims.sub, &token, place, &snap)?;
+    json_response(200, &body, "no-store").map_err(internal)
+}
+
+fn urlencode(s: &str) -> String {
+    js_sys::encode_uri_component(s).into()
+}
+
+async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let url = req.url().map_err(internal)?;
+    let path = match url.query() {
+        Some(q) => format!("/draw?{q}"),
+        None => "/draw".to_string(),
+    };
+    let v = call_queue(env, sale, Method::Get, &path, None).await?;
+    json_response(200, &v, "public, max-age=5").map_err(internal)
+}
+
+// ------------------------------------------------------------ sale summary
+
+fn cache_key(kind: &str, sale: &str) -> String {
+    format!("{CACHE_HOST}/{kind}/{sale}")
+}
+
+async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
+    let Ok(headers) = (|| -> Result<Headers> {
+        let h = Headers::new();
+        h.set("content-type", "application/json")?;
+        h.set("cache-control", &format!("public, max-age={max_age}"))?;
+        Ok(h)
+    })() else {
+        return;
+    };
+    if let Ok(r) = Response::ok(body.to_string()) {
+        let _ = Cache::default()
+            .put(key, r.with_status(status).with_headers(headers))
+            .await;
+    }
+}
+
+/// The origin's sale summary: Cache API (≤ 1 s), then origin, then a stale
+/// copy from isolate memory. Returns the JSON and whether it is stale.
+async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
+    let key = cache_key("summary", sale);
+    if let Ok(Some(mut r)) = Cache::default().get(key.as_str(), false).await {
+        let st = r.status_code();
+        if let Ok(text) = r.text().await {
+            if st == 404 {
+                return Err(ApiError::sale_not_found(sale));
+            }
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                return Ok((v, false));
+            }
+        }
+    }
+    let url = format!("{}/api/sales/{}", origin_url(env), sale);
+    let fetched = match worker::Url::parse(&url) {
+        Ok(u) => send_with_timeout(Fetch::Url(u), SUMMARY_TIMEOUT_MS).await,
+        Err(_) => {
+            return Err(ApiError::new(
+                500,
+                "config_error",
+                "ORIGIN_URL is not a URL",
+            ));
+        }
+    };
+    if let Ok(mut r) = fetched {
+        let st = r.status_code();
+        let text = r.text().await.unwrap_or_default();
+        if st == 200
+            && let Ok(v) = serde_json::from_str::<Value>(&text)
+        {
+            cache_put_json(&key, 200, &text, 1).await;
+            let now = now_ms();
+            STALE_SUMMARY
+                .with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), (now, v.clone())));
+            return Ok((v, false));
+        }
+        if st == 404 {
+            cache_put_json(&key, 404, &ApiError::sale_not_found(sale).body(), 1).await;
+            return Err(ApiError::sale_not_found(sale));
+        }
+    }
+    let now = now_ms();
+    STALE_SUMMARY
+        .with(|m| {
+            m.borrow()
+                .get(sale)
+                .filter(|(at, _)| now.saturating_sub(*at) < SUMMARY_STALE_MS)
+                .map(|(_, v)| (v.clone(), true))
+        })
+        .ok_or_else(ApiError::origin_unavailable)
+}
+
+fn summary_says_sold_out(v: &Value) -> bool {
+    v["sold_out"].as_bool() == Some(true)
+        || v["phase"].as_str() == Some("sold_out")
+        || v["units_available"].as_u64() == Some(0)
+}
+
+async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
+    let (mut body, stale) = origin_summary(env, sale).await?;
+    if summary_says_sold_out(&body) {
+        set_sold_out(sale).await;
+    }
+    // Queue figures are best effort: the summary stands without them.
+    if let Ok(s) = snapshot(env, sale).await {
+        body["queue"] = json!({
+            "entries": s.entries,
+            "prequeue": s.prequeue,
+            "placed": s.placed,
+            "admitted": s.frontier,
+            "waiting": s.placed.saturating_sub(s.frontier),
+            "drawn": s.drawn,
+            "admission_rate": s.rate,
+        });
+        body["draw"] = json!({
+            "commitment": s.commitment,
+            "seed": s.seed,
+            "method": draw::METHOD,
+            "audit": format!("/api/sales/{sale}/draw"),
+        });
+    }
+    body["stale"] = json!(stale);
+    json_response(200, &body, "public, max-age=1").map_err(internal)
+}
+
+// ------------------------------------------------------------ sold-out flag
+
+fn set_sold_out_local(sale: &str) {
+    let now = now_ms();
+    SOLD_OUT.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
+}
+
+fn sold_out_local(sale: &str) -> bool {
+    let now = now_ms();
+    SOLD_OUT.with(|m| {
+        m.borrow()
+            .get(sale)
+            .is_some_and(|at| now.saturating_sub(*at) < SOLD_OUT_RECHECK_MS)
+    })
+}
+
+/// Records the flag in isolate memory and the Cache API (other isolates).
+async fn set_sold_out(sale: &str) {
+    set_sold_out_local(sale);
+    cache_put_json(&cache_key("sold-out", sale), 200, "{\"sold_out\":true}", 3).await;
+}
+
+/// Whether the edge knows the sale is sold out; rechecks an old flag
+/// against the (cached) summary, never with a reservation.
+async fn sold_out_known(env: &Env, sale: &str) -> bool {
+    if sold_out_local(sale) {
+        return true;
+    }
+    let key = cache_key("sold-out", sale);
+    if let Ok(Some(_)) = Cache::default().get(key.as_str(), false).await {
+        set_sold_out_local(sale);
+        return true;
+    }
+    let was_flagged = SOLD_OUT.with(|m| m.borrow().contains_key(sale));
+    if was_flagged {
+        match origin_summary(env, sale).await {
+            Ok((v, _)) if summary_says_sold_out(&v) => {
+                set_sold_out(sale).await;
+                return true;
+            }
+            Ok(_) => {
+                SOLD_OUT.with(|m| m.borrow_mut().remove(sale));
+            }
+            // Origin down: keep refusing rather than stampede it.
+            Err(_) => {
+                set_sold_out_local(sale);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+// -------------------------------------------------------------- forwarding
+
+async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> ApiResult<Response> {
+    let headers = Headers::new();
+    for name in ["authorization", "idempotency-key", "content-type", "accept"] {
+        if let Ok(Some(v)) = req.headers().get(name) {
+            headers.set(name, &v).map_err(internal)?;
+        }
+    }
+    let mut init = RequestInit::new();
+    init.with_method(method.clone()).with_headers(headers);
+    if method == Method::Post {
+        let body = req.bytes().await.unwrap_or_default();
+        if body.len() > 16 * 1024 {
+            return Err(ApiError::new(
+                413,
+                "body_too_large",
+                "request body too large",
+            ));
+        }
+        let arr = js_sys::Uint8Array::from(body.as_slice());
+        init.with_body(Some(arr.into()));
+    }
+    let url = format!("{}{}", origin_url(env), path);
+    let out = Request::new_with_init(&url, &init).map_err(internal)?;
+    let mut resp = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS)
+        .await
+        .map_err(|_| ApiError::origin_unavailable())?;
+    let status = resp.status_code();
+    let body = resp.bytes().await.unwrap_or_default();
+    let h = Headers::new();
+    for name in [
+        "content-type",
+        "location",
+        "retry-after",
+        "idempotency-replayed",
+    ] {
+        if let Ok(Some(v)) = resp.headers().get(name) {
+            h.set(name, &v).map_err(internal)?;
+        }
+    }
+    h.set("cache-control", "no-store").map_err(internal)?;
+    Ok(Response::from_bytes(body)
+        .map_err(internal)?
+        .with_status(status)
+        .with_headers(h))
+}
+
+async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
+    let token = bearer_of(&req)?;
+    let admits = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    admits
+        .verify(
+            &token,
+            Expect {
+                typ: TokenType::Admit,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    if sold_out_known(env, sale).await {
+        return Err(ApiError::sold_out());
+    }
+    let resp = forward(
+        env,
+        req,
+        Method::Post,
+        &format!("/api/sales/{sale}/reservations"),
+    )
+    .await?;
+    if resp.status_code() == 410 {
+        set_sold_out(sale).await;
+        // Tell the queue so every waiting person hears it at once.
+        let _ = call_queue(env, sale, Method::Post, "/sold_out", Some(json!({}))).await;
+    }
+    Ok(resp)
+}
+
+/// Reservation calls accept an `admit` or a `user` token; the origin checks
+/// the reservation belongs to that account.
+async fn forward_reservation(
+    env: &Env,
+    req: Request,
+    method: Method,
+    path: &str,
+) -> ApiResult<Response> {
+    let token = bearer_of(&req)?;
+    let now = now_ms() / 1000;
+    let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
+        &token,
+        Expect {
+            typ: TokenType::Admit,
+            sale: None,
+        },
+        now,
+    );
+    if let Err(admit_err) = admit {
+        let user = ring(env, "USER_TOKEN_KEYS")?.verify(
+            &token,
+            Expect {
+                typ: TokenType::User,
+                sale: None,
+            },
+            now,
+        );
+        if let Err(user_err) = user {
+            // Report the more telling of the two refusals.
+            let e = match admit_err {
+                TokenError::UnknownKid | TokenError::WrongType => user_err,
+                other => other,
+            };
+            let e = if e == TokenError::UnknownKid && admit_err == TokenError::WrongType {
+                admit_err
+            } else {
+                e
+            };
+            return Err(ApiError::token(e));
+        }
+    }
+    forward(env, req, method, path).await
+}

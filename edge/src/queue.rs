@@ -1,0 +1,256 @@
+//! Queue status arithmetic: from a person's ticket and a snapshot of the
+//! sale's queue, the status object the API answers with.
+//!
+//! Role: everything a status poll needs besides checking the ticket's
+//! signature. The Durable Object produces a [`Snapshot`] (cached at the edge
+//! for at most a second); the ticket carries the person's place; the rest is
+//! arithmetic here, so a poll in steady state never reaches the object.
+//!
+//! Invariants kept here:
+//! - a person is `admitted` only if their place is within the frontier and
+//!   their admission window (one admit-token lifetime after the frontier
+//!   reached them) is still open, and the sale is neither sold out nor over;
+//! - `sold_out` and `closed` win over everything else, for everyone at once;
+//! - before the draw nobody has a position (`prequeue`);
+//! - `poll_after_ms` is never below 1 s, grows with the distance to the
+//!   front, and is jittered, so polls do not arrive in waves.
+
+use serde::{Deserialize, Serialize};
+
+/// Lifetime of an `admit` token (DESIGN.md default), seconds.
+pub const ADMIT_TTL_SECS: u64 = 120;
+/// Shortest and longest advised poll interval.
+pub const MIN_POLL_MS: u64 = 1_000;
+pub const MAX_POLL_MS: u64 = 30_000;
+
+/// The sale's queue as the Durable Object sees it at `now_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub sale: String,
+    pub now_ms: u64,
+    pub starts_at_ms: u64,
+    pub ends_at_ms: Option<u64>,
+    /// People per second.
+    pub rate: f64,
+    pub drawn: bool,
+    /// Accounts in the queue (pre-queue and after start).
+    pub entries: u64,
+    /// Accounts that joined before the start.
+    pub prequeue: u64,
+    /// Accounts with a place in line.
+    pub placed: u64,
+    /// The frontier: places `1..=frontier` have been admitted.
+    pub frontier: u64,
+    /// Places `1..=expired` have had their admission window close.
+    pub expired: u64,
+    pub sold_out: bool,
+    /// Sale over (ended, or closed by the origin).
+    pub closed: bool,
+    pub commitment: String,
+    /// Published once drawn.
+    pub seed: Option<String>,
+    /// Requests the object has served (for the benchmark of DO calls/poll).
+    pub do_requests: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Prequeue,
+    Waiting,
+    Admitted,
+    SoldOut,
+    Closed,
+}
+
+/// The status object, minus the tokens (added by the caller).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct View {
+    pub status: Status,
+    /// 1-based place in line (fixed once known).
+    pub place: Option<u64>,
+    /// Position in the part of the line not yet admitted (1 = next).
+    pub position: Option<u64>,
+    /// People in front of this person not yet admitted.
+    pub ahead: Option<u64>,
+    pub eta_seconds: Option<u64>,
+    pub poll_after_ms: u64,
+}
+
+fn jittered(base_ms: u64, jitter: f64) -> u64 {
+    // jitter in [0, 1): ±20 %.
+    let j = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.5
+    };
+    ((base_ms as f64) * (0.8 + 0.4 * j)) as u64
+}
+
+/// The status of the holder of a ticket with `place` (None: pre-queue ticket
+/// not yet drawn). `jitter` is a uniform random number in `[0, 1)`.
+pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View {
+    let closed = s.closed || s.ends_at_ms.is_some_and(|e| now_ms >= e);
+    let (position, ahead) = match place {
+        Some(p) if p > s.frontier => (Some(p - s.frontier), Some(p - s.frontier - 1)),
+        Some(_) => (Some(0), Some(0)),
+        None => (None, None),
+    };
+    let mut v = View {
+        status: Status::Waiting,
+        place,
+        position,
+        ahead,
+        eta_seconds: None,
+        poll_after_ms: MIN_POLL_MS,
+    };
+    if closed {
+        v.status = Status::Closed;
+        v.poll_after_ms = MAX_POLL_MS * 2;
+        return v;
+    }
+    if s.sold_out {
+        // Units may come back (expired holds): keep checking, gently.
+        v.status = Status::SoldOut;
+        v.poll_after_ms = jittered(7_500, jitter);
+        return v;
+    }
+    let Some(p) = place else {
+        v.status = Status::Prequeue;
+        let to_start = s.starts_at_ms.saturating_sub(now_ms);
+        v.eta_seconds = Some(to_start.div_ceil(1000));
+        // Spread the first poll after the draw over a window that grows with
+        // the crowd (200 people per second of window, 1 to 30 s).
+        let spread_ms = (s.prequeue * 5).clamp(1_000, 30_000) as f64;
+        v.poll_after_ms = if to_start > MAX_POLL_MS {
+            jittered(MAX_POLL_MS, jitter)
+        } else {
+            to_start + (spread_ms * jitter.clamp(0.0, 1.0)) as u64 + 250
+        }
+        .max(MIN_POLL_MS);
+        return v;
+    };
+    if p <= s.frontier {
+        if p <= s.expired {
+            // Their admission window has closed without a reservation.
+            v.status = Status::Closed;
+            v.poll_after_ms = MAX_POLL_MS * 2;
+        } else {
+            v.status = Status::Admitted;
+            v.eta_seconds = Some(0);
+            v.poll_after_ms = jittered(10_000, jitter);
+        }
+        return v;
+    }
+    let behind = (p - s.frontier) as f64;
+    let eta = if s.rate > 0.0 && s.rate.is_finite() {
+        (behind / s.rate).ceil()
+    } else {
+        f64::INFINITY
+    };
+    let before_start = now_ms < s.starts_at_ms;
+    let eta_ms = if before_start {
+        s.starts_at_ms - now_ms + (eta * 1000.0).min(1e12) as u64
+    } else {
+        (eta * 1000.0).min(1e12) as u64
+    };
+    v.eta_seconds = eta.is_finite().then_some(eta_ms.div_ceil(1000));
+    // Poll about three times before one's turn, at least every 30 s.
+    v.poll_after_ms = jittered((eta_ms / 3).clamp(MIN_POLL_MS, MAX_POLL_MS), jitter);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap() -> Snapshot {
+        Snapshot {
+            sale: "s".into(),
+            now_ms: 200_000,
+            starts_at_ms: 100_000,
+            ends_at_ms: None,
+            rate: 10.0,
+            drawn: true,
+            entries: 1000,
+            prequeue: 500,
+            placed: 1000,
+            frontier: 100,
+            expired: 20,
+            sold_out: false,
+            closed: false,
+            commitment: "c".into(),
+            seed: Some("s".into()),
+            do_requests: 0,
+        }
+    }
+
+    #[test]
+    fn waiting_admitted_and_window_closed() {
+        let s = snap();
+        let w = view(Some(150), &s, 200_000, 0.5);
+        assert_eq!(w.status, Status::Waiting);
+        assert_eq!((w.position, w.ahead), (Some(50), Some(49)));
+        assert_eq!(w.eta_seconds, Some(5));
+        assert!((MIN_POLL_MS..=MAX_POLL_MS).contains(&w.poll_after_ms));
+        assert_eq!(view(Some(100), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(view(Some(21), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(view(Some(20), &s, 200_000, 0.5).status, Status::Closed);
+        assert_eq!(view(Some(101), &s, 200_000, 0.5).status, Status::Waiting);
+    }
+
+    #[test]
+    fn sold_out_and_closed_win() {
+        let mut s = snap();
+        s.sold_out = true;
+        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::SoldOut);
+        assert_eq!(view(Some(5000), &s, 200_000, 0.1).status, Status::SoldOut);
+        assert_eq!(view(None, &s, 200_000, 0.1).status, Status::SoldOut);
+        s.ends_at_ms = Some(150_000);
+        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::Closed);
+    }
+
+    #[test]
+    fn prequeue_polls_spread_after_start() {
+        let mut s = snap();
+        s.drawn = false;
+        s.starts_at_ms = 210_000;
+        s.prequeue = 2000;
+        let early = view(None, &s, 200_000, 0.0);
+        assert_eq!(early.status, Status::Prequeue);
+        assert_eq!(early.position, None);
+        assert_eq!(early.eta_seconds, Some(10));
+        assert!(early.poll_after_ms >= 10_000);
+        let late = view(None, &s, 200_000, 0.999);
+        assert!(
+            late.poll_after_ms > early.poll_after_ms + 9_000,
+            "spread ~10 s"
+        );
+        // Far from start: capped at about 30 s.
+        let far = view(None, &s, 0, 0.5);
+        assert!(far.poll_after_ms <= 36_000);
+    }
+
+    #[test]
+    fn polls_slow_down_far_back_and_are_jittered() {
+        let s = snap();
+        let near = view(Some(105), &s, 200_000, 0.5).poll_after_ms;
+        let far = view(Some(100_000), &s, 200_000, 0.5).poll_after_ms;
+        assert!(far > near);
+        assert!(far <= MAX_POLL_MS * 6 / 5);
+        let a = view(Some(100_000), &s, 200_000, 0.0).poll_after_ms;
+        let b = view(Some(100_000), &s, 200_000, 0.99).poll_after_ms;
+        assert!(b > a);
+    }
+
+    #[test]
+    fn hostile_numbers_do_not_panic() {
+        let mut s = snap();
+        s.rate = 0.0;
+        let v = view(Some(u64::MAX), &s, u64::MAX, f64::NAN);
+        assert_eq!(v.status, Status::Waiting);
+        assert_eq!(v.eta_seconds, None);
+        s.rate = f64::NAN;
+        let _ = view(Some(0), &s, 0, f64::INFINITY);
+    }
+}

@@ -1,0 +1,60 @@
+//! Wasm-only checks of the edge's pure logic, run by wasm-bindgen-test under
+//! Node (scripts/test-wasm): the draw gives the same order in Wasm as on the
+//! host, and a timing of token verification (printed, never asserted: a
+//! benchmark is not a test).
+#![cfg(target_arch = "wasm32")]
+
+use edge::draw;
+use token::{Claims, Expect, KeyRing, TokenType};
+use wasm_bindgen_test::{console_log, wasm_bindgen_test};
+
+#[wasm_bindgen_test]
+fn draw_matches_the_host_vector() {
+    // Same vector as the host test `draw_vector_is_stable` in edge/src/draw.rs.
+    let seed = "00".repeat(32);
+    assert_eq!(
+        draw::commitment(&[0u8; 32]),
+        "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
+    );
+    let accounts = ["acct-1", "acct-2", "acct-3", "acct-4", "acct-5", "acct-6"];
+    let order = draw::draw_order(&seed, &accounts);
+    let names: Vec<&str> = order.iter().map(|d| d.account.as_str()).collect();
+    assert_eq!(
+        names,
+        ["acct-3", "acct-5", "acct-2", "acct-1", "acct-6", "acct-4"]
+    );
+}
+
+#[wasm_bindgen_test]
+fn bench_token_verify_in_wasm() {
+    let ring = KeyRing::from_keys(&[("k1", &[7u8; 32]), ("k0", &[9u8; 32])]).unwrap();
+    let now = 1_767_000_000;
+    let claims = Claims::new(TokenType::Admit, "acct-42", Some("drop-1".into()), now, 120);
+    let t = ring.sign(&claims);
+    let expect = Expect {
+        typ: TokenType::Admit,
+        sale: Some("drop-1"),
+    };
+    let n = 20_000u32;
+    // Warm up.
+    for _ in 0..1_000 {
+        assert!(ring.verify(&t, expect, now).is_ok());
+    }
+    let t0 = js_sys::Date::now();
+    let mut ok = 0u32;
+    for _ in 0..n {
+        ok += u32::from(ring.verify(&t, expect, now).is_ok());
+    }
+    let ms = js_sys::Date::now() - t0;
+    assert_eq!(ok, n);
+    let t1 = js_sys::Date::now();
+    for _ in 0..n {
+        let _ = ring.sign(&claims);
+    }
+    let sign_ms = js_sys::Date::now() - t1;
+    console_log!(
+        "BENCH token_verify_us={:.2} token_sign_us={:.2} (n={n}, wasm32 under Node)",
+        ms * 1000.0 / f64::from(n),
+        sign_ms * 1000.0 / f64::from(n)
+    );
+}
