@@ -106,9 +106,10 @@ pub const SOLD_OUT_RECHECK: Duration = Duration::from_secs(1);
 impl SoldOutFlag {
     /// `true` when the flag is set and was confirmed less than 1 s ago.
     pub fn is_fresh(&self, now: Instant, epoch: Instant) -> bool {
+        // saturating: another thread may have stamped a later instant.
         self.set.load(Ordering::Acquire)
-            && now.duration_since(epoch).as_millis() as u64
-                - self.checked_ms.load(Ordering::Acquire)
+            && (now.duration_since(epoch).as_millis() as u64)
+                .saturating_sub(self.checked_ms.load(Ordering::Acquire))
                 < SOLD_OUT_RECHECK.as_millis() as u64
     }
     pub fn is_set(&self) -> bool {

@@ -55,7 +55,7 @@ impl ConnectionLike for RedisConn {
 }
 
 /// How long one Redis answer may take before the request fails (503).
-const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1_000);
+const RESPONSE_TIMEOUT: Duration = Duration::from_millis(2_000);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connects to Redis. For a single Redis the manager reconnects by itself

@@ -1,1 +1,484 @@
-//! placeholder
+//! Test harness for the origin's integration tests: each test gets the
+//! origin spawned in-process on port 0, a fresh Postgres database and a
+//! unique Redis key prefix, so tests run in parallel against the shared
+//! local servers without seeing each other. Tests that need a Redis of their
+//! own (restart, cluster) start `redis-server` on free loopback ports with
+//! [`RedisServer`] / [`RedisCluster`]. `TEST_LOG=1` shows the origin's logs.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use origin::configuration::{RedisTarget, Settings};
+use origin::sales::{SaleConfig, SaleSpec};
+use origin::startup::{AppState, Application, Workers};
+use serde_json::Value;
+use token::{Claims, KeyRing, TokenType};
+use tokio_util::sync::CancellationToken;
+
+/// Held by load-heavy tests (races of thousands of requests) so that two of
+/// them never share the 2 CPU cores at once: their answers must not depend
+/// on timeouts under self-inflicted overload.
+pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Local Postgres maintenance URL (trust auth, as on the dev machines and CI).
+pub fn pg_admin_url() -> String {
+    std::env::var("TEST_PG_ADMIN_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The shared local Redis.
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A free loopback TCP port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A throwaway database; dropped (forcibly) when this value is dropped.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        use sqlx::Connection;
+        let name = format!("fs_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(&pg_admin_url())
+            .await
+            .expect("local Postgres reachable (scripts/setup starts it)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create test database");
+        let base = pg_admin_url();
+        let url = format!(
+            "{}/{name}",
+            base.rsplit_once('/').map(|(b, _)| b).unwrap_or(&base)
+        );
+        TestDb { name, url }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // A separate thread with its own runtime: Drop may run inside one.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(rt) = rt {
+                rt.block_on(async move {
+                    use sqlx::Connection;
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&pg_admin_url()).await {
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&mut c)
+                                .await;
+                    }
+                });
+            }
+        })
+        .join();
+    }
+}
+
+/// Deterministic-per-run test keys.
+pub fn ring(kid: &str) -> KeyRing {
+    let mut secret = [0u8; 32];
+    for (i, b) in kid.bytes().cycle().take(32).enumerate() {
+        secret[i] = b.wrapping_add(i as u8);
+    }
+    KeyRing::from_keys(&[(kid, &secret)]).unwrap()
+}
+
+pub fn now_secs() -> u64 {
+    origin::auth::now_secs()
+}
+
+/// A running origin for one test.
+pub struct TestApp {
+    pub addr: String,
+    pub port: u16,
+    pub prefix: String,
+    pub db: TestDb,
+    pub redis: RedisTarget,
+    pub user_keys: KeyRing,
+    pub admission_keys: KeyRing,
+    pub client: reqwest::Client,
+    pub state: AppState,
+    stop: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Options for [`TestApp::spawn_with`].
+#[derive(Clone)]
+pub struct AppOptions {
+    pub redis: RedisTarget,
+    pub workers: Workers,
+    pub max_in_flight: usize,
+    pub sweep_interval: Duration,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        AppOptions {
+            redis: RedisTarget::Single(redis_url()),
+            workers: Workers::ALL,
+            max_in_flight: 1_000_000,
+            sweep_interval: Duration::from_millis(200),
+        }
+    }
+}
+
+impl TestApp {
+    pub async fn spawn() -> TestApp {
+        Self::spawn_with(AppOptions::default()).await
+    }
+
+    pub async fn spawn_with(opts: AppOptions) -> TestApp {
+        if std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0") {
+            origin::telemetry::init_tracing("info,sqlx=warn");
+        }
+        let db = TestDb::create().await;
+        let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let settings = Settings {
+            database_url: db.url.clone(),
+            redis: opts.redis.clone(),
+            key_prefix: prefix.clone(),
+            user_keys: ring("usr1"),
+            admission_keys: ring("adm1"),
+            payment_webhook_secret: Some("whsec_test".into()),
+            addr: "127.0.0.1:0".parse().unwrap(),
+            sweep_interval: opts.sweep_interval,
+            reconcile_interval: Duration::from_secs(60),
+            max_in_flight: opts.max_in_flight,
+            dev_mode: true,
+        };
+        let app = Application::build(settings, opts.workers)
+            .await
+            .expect("origin builds");
+        let port = app.port();
+        let state = app.state();
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let handle = tokio::spawn(async move {
+            app.run_until_stopped(s).await.expect("origin runs");
+        });
+        TestApp {
+            addr: format!("http://127.0.0.1:{port}"),
+            port,
+            prefix,
+            db,
+            redis: opts.redis,
+            user_keys: ring("usr1"),
+            admission_keys: ring("adm1"),
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(512)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            state,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops the origin and waits for it.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+
+    /// A Redis connection of the kind the app uses.
+    pub async fn redis(&self) -> origin::store::RedisConn {
+        origin::store::connect(&self.redis).await.expect("redis")
+    }
+
+    /// Creates a sale through the product's own `sale create` path.
+    pub async fn create_sale(&self, spec: SaleSpec) -> SaleConfig {
+        let mut conn = self.redis().await;
+        origin::sales::create_sale(&self.state.pool, &mut conn, &self.prefix, &spec)
+            .await
+            .expect("sale created")
+    }
+
+    pub fn admit(&self, sub: &str, sale: &str) -> String {
+        self.admission_keys.sign(&Claims::new(
+            TokenType::Admit,
+            sub,
+            Some(sale.to_string()),
+            now_secs(),
+            120,
+        ))
+    }
+
+    pub fn user(&self, sub: &str) -> String {
+        self.user_keys
+            .sign(&Claims::new(TokenType::User, sub, None, now_secs(), 3600))
+    }
+
+    /// POST a reservation; returns (status, body, headers).
+    pub async fn reserve(
+        &self,
+        sale: &str,
+        token: Option<&str>,
+        key: Option<&str>,
+        body: &str,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let mut req = self
+            .client
+            .post(format!("{}/api/sales/{sale}/reservations", self.addr))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        let res = req.send().await.expect("request sent");
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.json().await.unwrap_or(Value::Null);
+        (status, body, headers)
+    }
+
+    /// GET a path; returns (status, JSON body).
+    pub async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        let mut req = self.client.get(format!("{}{path}", self.addr));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.expect("request sent");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Every key of this app's prefix with its DUMP, sorted: a fingerprint
+    /// of the Redis state for "changes nothing" assertions.
+    pub async fn redis_snapshot(&self) -> Vec<(String, Vec<u8>)> {
+        let mut conn = self.redis().await;
+        let keys: Vec<String> = match &self.redis {
+            RedisTarget::Single(_) => redis::cmd("KEYS")
+                .arg(format!("{}:*", self.prefix))
+                .query_async(&mut conn)
+                .await
+                .unwrap(),
+            RedisTarget::Cluster(_) => panic!("snapshots are taken on a single Redis"),
+        };
+        let mut out = Vec::new();
+        for k in keys {
+            let dump: Vec<u8> = redis::cmd("DUMP")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            out.push((k, dump));
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A sale spec with test defaults: starts now, 600 s holds.
+pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> SaleSpec {
+    SaleSpec {
+        id: id.into(),
+        name: format!("Test sale {id}"),
+        units,
+        per_user_limit,
+        shards,
+        starts_at: Utc::now() - chrono::Duration::seconds(1),
+        ends_at: None,
+        hold_seconds: 600,
+        admission_rate: 100.0,
+        admission_factor: 2.0,
+        price_cents: 4_999,
+    }
+}
+
+pub fn parse_time(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+/// A `redis-server` owned by a test, on a free loopback port, in its own
+/// directory; killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts one; `extra` are additional `redis-server` arguments.
+    pub fn start(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = RedisServer {
+            port: free_port(),
+            dir,
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.restart();
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server abruptly (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts (again) on the same port and directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (scripts/setup installs it)");
+        self.child = Some(child);
+        wait_for_redis(self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli on PATH");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_for_redis(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if redis_cli(port, &["PING"]).trim() == "PONG" {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("redis-server on port {port} did not start");
+}
+
+/// A 3-master Redis Cluster on loopback, created with `redis-cli --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--appendonly",
+                    "no",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(|s| s.as_str()));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        'wait: while Instant::now() < deadline {
+            for n in &nodes {
+                if !redis_cli(n.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue 'wait;
+                }
+            }
+            return RedisCluster { nodes };
+        }
+        panic!("cluster did not reach cluster_state:ok");
+    }
+
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect()
+    }
+
+    /// How many keys matching `pattern` each node holds.
+    pub fn keys_per_node(&self, pattern: &str) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                redis_cli(n.port, &["--raw", "KEYS", pattern])
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .count()
+            })
+            .collect()
+    }
+}
+
+/// The repository root (for scripts and binaries).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}

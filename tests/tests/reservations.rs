@@ -1,0 +1,606 @@
+//! The reservation path against real Redis (single and a 3-master cluster)
+//! and real Postgres, over real HTTP: races, idempotency, expiry, bad input,
+//! Redis outages.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use origin::configuration::RedisTarget;
+use origin::startup::Workers;
+use redis::AsyncCommands;
+use serde_json::Value;
+use tests::{AppOptions, RedisCluster, RedisServer, TestApp, sale_spec};
+use token::{Claims, KeyRing, TokenType};
+
+struct RaceResult {
+    /// account -> units granted (sum of qty over 202s)
+    granted: HashMap<String, i64>,
+    ids: HashSet<String>,
+    refusals: HashMap<String, usize>,
+}
+
+/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1,
+/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2; a sampler
+/// watches that no shard's stock ever reads negative.
+async fn race(app: &TestApp, sale: &str) -> RaceResult {
+    let _heavy = tests::HEAVY.lock().await;
+    let cfg = app.create_sale(sale_spec(sale, 1_000, 2, 4)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        let mut conn = app.redis().await;
+        let keys: Vec<String> = cfg
+            .shard_tags
+            .iter()
+            .map(|t| origin::store::ShardKeys::new(&app.prefix, t).stock)
+            .collect();
+        tokio::spawn(async move {
+            let mut samples = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for k in &keys {
+                    let v: i64 = conn.get(k).await.unwrap();
+                    assert!(v >= 0, "stock of {k} read {v}");
+                }
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            samples
+        })
+    };
+    let requests: Vec<(String, String)> = (0..5_000)
+        .flat_map(|a| (0..4).map(move |k| (format!("acct-{a}"), format!("key-{a}-{k}"))))
+        .collect();
+    let tokens: HashMap<String, String> = (0..5_000)
+        .map(|a| {
+            let acct = format!("acct-{a}");
+            let t = app.admit(&acct, sale);
+            (acct, t)
+        })
+        .collect();
+    let results: Vec<(String, u16, Value)> = futures::stream::iter(requests)
+        .map(|(acct, key)| {
+            let token = tokens[&acct].clone();
+            async move {
+                let (status, body, _) = app
+                    .reserve(sale, Some(&token), Some(&key), r#"{"qty":1}"#)
+                    .await;
+                (acct, status, body)
+            }
+        })
+        .buffer_unordered(256)
+        .collect()
+        .await;
+    stop.store(true, Ordering::Relaxed);
+    let samples = sampler.await.expect("stock never negative");
+    assert!(samples > 0);
+    let mut out = RaceResult {
+        granted: HashMap::new(),
+        ids: HashSet::new(),
+        refusals: HashMap::new(),
+    };
+    for (acct, status, body) in results {
+        match status {
+            202 => {
+                *out.granted.entry(acct).or_default() += body["qty"].as_i64().unwrap();
+                assert!(
+                    out.ids
+                        .insert(body["reservation_id"].as_str().unwrap().to_string())
+                );
+            }
+            409 | 410 => {
+                let code = body["error"]["code"].as_str().unwrap().to_string();
+                let want = if status == 409 {
+                    "per_user_limit"
+                } else {
+                    "sold_out"
+                };
+                assert_eq!(code, want);
+                *out.refusals.entry(code).or_default() += 1;
+            }
+            other => panic!("unexpected status {other}: {body}"),
+        }
+    }
+    out
+}
+
+/// What Redis holds for the sale after the race, checked against the answers.
+async fn check_redis_after_race(app: &TestApp, sale: &str, r: &RaceResult) {
+    let total: i64 = r.granted.values().sum();
+    assert_eq!(total, 1_000, "every unit sold, none twice");
+    assert!(r.granted.values().all(|q| *q <= 2), "per-user limit kept");
+    assert_eq!(r.refusals.values().sum::<usize>() + r.ids.len(), 20_000);
+    let cfg = app.state.sales.get(sale).await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    let mut held_ids = HashSet::new();
+    let mut held_units = 0i64;
+    let mut per_user: HashMap<String, i64> = HashMap::new();
+    let mut stream_holds = HashSet::new();
+    for k in &cfg.shards {
+        let stock: i64 = conn.get(&k.stock).await.unwrap();
+        assert_eq!(stock, 0, "sold out means every shard is empty");
+        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+        for (id, raw) in holds {
+            let h: Value = serde_json::from_str(&raw).unwrap();
+            held_units += h["q"].as_i64().unwrap();
+            held_ids.insert(id);
+        }
+        let users: HashMap<String, i64> = conn.hgetall(&k.users).await.unwrap();
+        for (a, n) in users {
+            *per_user.entry(a).or_default() += n;
+        }
+        let entries: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await.unwrap();
+        for e in entries.ids {
+            let t: String = e.get("t").unwrap();
+            assert_eq!(t, "hold");
+            let id: String = e.get("id").unwrap();
+            assert!(stream_holds.insert(id), "one stream record per hold");
+        }
+    }
+    assert_eq!(held_units, 1_000);
+    assert_eq!(held_ids, r.ids, "every 202 has a hold, every hold a 202");
+    assert_eq!(stream_holds, r.ids, "every hold has its settlement record");
+    for (acct, n) in &r.granted {
+        assert_eq!(
+            per_user.get(acct),
+            Some(n),
+            "count of {acct} matches its holds"
+        );
+    }
+    assert_eq!(per_user.values().sum::<i64>(), 1_000, "no stray quota left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_on_one_redis_sells_exactly_the_units() {
+    let app = TestApp::spawn().await;
+    let r = race(&app, "race").await;
+    check_redis_after_race(&app, "race", &r).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_on_a_three_master_cluster_sells_exactly_the_units() {
+    let cluster = RedisCluster::start();
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Cluster(cluster.seeds()),
+        ..Default::default()
+    })
+    .await;
+    let r = race(&app, "crace").await;
+    check_redis_after_race(&app, "crace", &r).await;
+    let spread = cluster.keys_per_node(&format!("{}:*:stock", app.prefix));
+    assert_eq!(spread.iter().sum::<usize>(), 4);
+    assert!(
+        spread.iter().filter(|n| **n > 0).count() >= 2,
+        "shards spread over at least 2 masters: {spread:?}"
+    );
+    // 4 shards on 3 masters: the slot-aware tags give 2/1/1.
+    assert!(spread.iter().all(|n| *n <= 2), "{spread:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_key_fifty_times_concurrently_is_one_hold() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("idem", 10, 2, 2)).await;
+    let token = app.admit("alice", "idem");
+    let answers: Vec<(u16, Value, reqwest::header::HeaderMap)> = futures::future::join_all(
+        (0..50).map(|_| app.reserve("idem", Some(&token), Some("same-key"), r#"{"qty":1}"#)),
+    )
+    .await;
+    let ids: HashSet<String> = answers
+        .iter()
+        .map(|(s, b, _)| {
+            assert_eq!(*s, 202, "{b}");
+            b["reservation_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one reservation for one key");
+    let replays = answers
+        .iter()
+        .filter(|(_, _, h)| h.get("idempotent-replayed").is_some())
+        .count();
+    assert_eq!(replays, 49);
+    let (_, summary) = app.get("/api/sales/idem", None).await;
+    assert_eq!(summary["units_available"], 9);
+    // A different key is a different reservation; the limit still applies.
+    let (s, _, _) = app
+        .reserve("idem", Some(&token), Some("k2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202);
+    let (s, b, _) = app
+        .reserve("idem", Some(&token), Some("k3"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit"))
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_key_replayed_during_spill_is_one_hold_on_another_shard() {
+    let app = TestApp::spawn().await;
+    let cfg = app.create_sale(sale_spec("spill", 4, 2, 2)).await;
+    let home = origin::reservations::home_shard("bob", 2);
+    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
+    let other = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[1 - home]);
+    let mut conn = app.redis().await;
+    // Empty bob's home shard behind the product's back, to force the spill.
+    let _: () = conn.set(&hk.stock, 0).await.unwrap();
+    let token = app.admit("bob", "spill");
+    let answers = futures::future::join_all(
+        (0..50).map(|_| app.reserve("spill", Some(&token), Some("k"), r#"{"qty":2}"#)),
+    )
+    .await;
+    let ids: HashSet<&str> = answers
+        .iter()
+        .map(|(s, b, _)| {
+            assert_eq!(*s, 202, "{b}");
+            b["reservation_id"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1);
+    let holds: HashMap<String, String> = conn.hgetall(&other.holds).await.unwrap();
+    assert_eq!(holds.len(), 1, "one hold, on the other shard");
+    let stock: i64 = conn.get(&other.stock).await.unwrap();
+    assert_eq!(stock, 0);
+    let count: i64 = conn.hget(&hk.users, "bob").await.unwrap();
+    assert_eq!(count, 2, "bob's count lives on his home shard");
+    // His limit is reached, across shards.
+    let (s, b, _) = app
+        .reserve("spill", Some(&token), Some("k2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit"))
+    );
+    // Cancel gives the units back and, via the sweep, bob's count.
+    let id = ids.into_iter().next().unwrap().to_string();
+    let res = app
+        .client
+        .delete(format!("{}/api/reservations/{id}", app.addr))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let stock: i64 = conn.get(&other.stock).await.unwrap();
+    assert_eq!(stock, 2);
+    let mut count: Option<i64> = Some(2);
+    for _ in 0..50 {
+        count = conn.hget(&hk.users, "bob").await.unwrap();
+        if count.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count, None, "quota given back on the home shard");
+    let (s, _, _) = app
+        .reserve("spill", Some(&token), Some("k3"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(s, 202);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_holds_sell_again_without_the_sweep() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers {
+            settle: false,
+            sweep: false,
+            reconcile: false,
+        },
+        ..Default::default()
+    })
+    .await;
+    let mut spec = sale_spec("exp", 3, 2, 1);
+    spec.hold_seconds = 2;
+    app.create_sale(spec).await;
+    let a = app.admit("ann", "exp");
+    let b = app.admit("ben", "exp");
+    let c = app.admit("cat", "exp");
+    assert_eq!(
+        app.reserve("exp", Some(&a), Some("1"), r#"{"qty":2}"#)
+            .await
+            .0,
+        202
+    );
+    let (s, _, _) = app
+        .reserve("exp", Some(&a), Some("2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 409, "ann is at her limit while she holds 2");
+    assert_eq!(
+        app.reserve("exp", Some(&b), Some("1"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    let (s, body, _) = app
+        .reserve("exp", Some(&c), Some("1"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!((s, body["error"]["code"].as_str()), (410, Some("sold_out")));
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    // No sweep runs: the reservation itself reclaims the expired holds.
+    let (s, body, _) = app
+        .reserve("exp", Some(&c), Some("2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{body}");
+    let (s, body, _) = app
+        .reserve("exp", Some(&a), Some("3"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(
+        s, 202,
+        "ann's count came back with her expired holds: {body}"
+    );
+    let (_, summary) = app.get("/api/sales/exp", None).await;
+    assert_eq!(summary["units_available"], 0);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_its_status_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("bad", 10, 2, 2)).await;
+    app.create_sale(sale_spec("other", 10, 2, 2)).await;
+    let good = app.admit("eve", "bad");
+    let now = tests::now_secs();
+    let expired = app.admission_keys.sign(&Claims {
+        iat: now - 600,
+        exp: now - 300,
+        ..Claims::new(TokenType::Admit, "eve", Some("bad".into()), now, 1)
+    });
+    let forged = KeyRing::from_keys(&[("adm1", &[0x13; 32])])
+        .unwrap()
+        .sign(&Claims::new(
+            TokenType::Admit,
+            "eve",
+            Some("bad".into()),
+            now,
+            120,
+        ));
+    let other_sale = app.admit("eve", "other");
+    let user = app.user("eve");
+    let before = app.redis_snapshot().await;
+    // (sale, token, Idempotency-Key, body, status, code)
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        &'a str,
+        u16,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        ("bad", None, Some("k"), r#"{"qty":1}"#, 401, "token_missing"),
+        (
+            "bad",
+            Some("garbage"),
+            Some("k"),
+            r#"{"qty":1}"#,
+            401,
+            "token_malformed",
+        ),
+        (
+            "bad",
+            Some(&forged),
+            Some("k"),
+            r#"{"qty":1}"#,
+            401,
+            "token_bad_signature",
+        ),
+        (
+            "bad",
+            Some(&expired),
+            Some("k"),
+            r#"{"qty":1}"#,
+            401,
+            "token_expired",
+        ),
+        (
+            "bad",
+            Some(&user),
+            Some("k"),
+            r#"{"qty":1}"#,
+            401,
+            "token_unknown_kid",
+        ),
+        (
+            "bad",
+            Some(&other_sale),
+            Some("k"),
+            r#"{"qty":1}"#,
+            403,
+            "token_wrong_sale",
+        ),
+        (
+            "bad",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":0}"#,
+            422,
+            "invalid_qty",
+        ),
+        (
+            "bad",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":3}"#,
+            422,
+            "invalid_qty",
+        ),
+        (
+            "bad",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":-1}"#,
+            422,
+            "invalid_qty",
+        ),
+        (
+            "bad",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":"1"}"#,
+            422,
+            "invalid_body",
+        ),
+        (
+            "bad",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":1"#,
+            400,
+            "malformed_json",
+        ),
+        ("bad", Some(&good), Some("k"), "", 400, "malformed_json"),
+        (
+            "bad",
+            Some(&good),
+            None,
+            r#"{"qty":1}"#,
+            400,
+            "idempotency_key_missing",
+        ),
+        (
+            "nope",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":1}"#,
+            404,
+            "sale_not_found",
+        ),
+        (
+            "NOT..valid",
+            Some(&good),
+            Some("k"),
+            r#"{"qty":1}"#,
+            404,
+            "sale_not_found",
+        ),
+    ];
+    for (sale, token, key, body, status, code) in cases {
+        let (s, b, _) = app.reserve(sale, token, key, body).await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{sale} {body} {key:?}"
+        );
+        assert!(b["error"]["message"].is_string());
+    }
+    // Another account's token on a reservation: 403; unknown ids: 404.
+    let (s, b, _) = app
+        .reserve("bad", Some(&good), Some("real"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202);
+    let id = b["reservation_id"].as_str().unwrap();
+    let mallory = app.admit("mallory", "bad");
+    let (s, b) = app
+        .get(&format!("/api/reservations/{id}"), Some(&mallory))
+        .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("forbidden")));
+    let (s, b) = app
+        .get(&format!("/api/reservations/{id}"), Some(&app.user("eve")))
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("held")));
+    let (s, _) = app.get("/api/reservations/nonsense", Some(&good)).await;
+    assert_eq!(s, 404);
+    let res = app
+        .client
+        .delete(format!("{}/api/reservations/{id}", app.addr))
+        .bearer_auth(&good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        app.redis_snapshot()
+            .await
+            .iter()
+            .filter(|(k, _)| !k.contains(":stream") && !k.contains(":idem:"))
+            .collect::<Vec<_>>(),
+        before.iter().collect::<Vec<_>>(),
+        "refused requests change nothing (and a cancelled hold leaves stock as it was)"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_answers_503_then_serves_again() {
+    let mut redis = RedisServer::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(redis.url()),
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("down", 10, 5, 2)).await;
+    let t = app.admit("dan", "down");
+    assert_eq!(
+        app.reserve("down", Some(&t), Some("1"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    redis.kill();
+    let (s, b, h) = app
+        .reserve("down", Some(&t), Some("2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (503, Some("redis_unavailable"))
+    );
+    assert!(h.get("retry-after").is_some());
+    let (s, b) = app.get("/readyz", None).await;
+    assert_eq!(s, 503);
+    assert_eq!(b["checks"]["redis"], "unavailable");
+    assert_eq!(b["checks"]["postgres"], "ok");
+    assert!(b["error"]["message"].as_str().unwrap().contains("redis"));
+    redis.restart();
+    let mut status = 0;
+    for _ in 0..50 {
+        status = app
+            .reserve("down", Some(&t), Some("2"), r#"{"qty":1}"#)
+            .await
+            .0;
+        if status == 202 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 202, "serves again once Redis is back");
+    assert_eq!(app.get("/readyz", None).await.0, 200);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_reload_after_script_flush() {
+    let redis = RedisServer::start(&[]);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(redis.url()),
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("flush", 10, 5, 1)).await;
+    let t = app.admit("fay", "flush");
+    assert_eq!(
+        app.reserve("flush", Some(&t), Some("1"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    let mut conn = app.redis().await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.reserve("flush", Some(&t), Some("2"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    app.stop().await;
+}
