@@ -43,11 +43,33 @@ pub fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Longest reservation id accepted (`<sale>.<shard>.<uuid>` at the origin).
+pub const MAX_RESERVATION_ID_LEN: usize = 160;
+
+/// A valid reservation id: `[A-Za-z0-9_.-]`, not starting with a dot and
+/// without `..`, so it stays one path segment when forwarded.
+pub fn valid_reservation_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_RESERVATION_ID_LEN
+        && !id.starts_with('.')
+        && !id.contains("..")
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
 /// Routes a request. `path` is the URL path (no query).
 pub fn route(method: &str, path: &str) -> Route {
     let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let id = |s: &str, r: fn(String) -> Route| {
         if valid_id(s) {
+            r(s.to_string())
+        } else {
+            Route::NotFound
+        }
+    };
+    let rid = |s: &str, r: fn(String) -> Route| {
+        if valid_reservation_id(s) {
             r(s.to_string())
         } else {
             Route::NotFound
@@ -72,11 +94,11 @@ pub fn route(method: &str, path: &str) -> Route {
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
         ["api", "reservations", r] => match method {
-            "GET" | "HEAD" => id(r, Route::ReservationGet),
-            "DELETE" => id(r, Route::ReservationCancel),
+            "GET" | "HEAD" => rid(r, Route::ReservationGet),
+            "DELETE" => rid(r, Route::ReservationCancel),
             _ => Route::MethodNotAllowed,
         },
-        ["api", "reservations", r, "purchase"] => want("POST", id(r, Route::ReservationPurchase)),
+        ["api", "reservations", r, "purchase"] => want("POST", rid(r, Route::ReservationPurchase)),
         ["sales", s] => want("GET", id(s, Route::Page)),
         _ => Route::NotFound,
     }
@@ -206,6 +228,11 @@ mod tests {
             Route::ReservationPurchase("r1".into())
         );
         assert_eq!(route("GET", "/sales/drop-1"), Route::Page("drop-1".into()));
+        let id = "drop-1.0.0190f0a1b2c34d5e6f708192a3b4c5d6";
+        assert_eq!(
+            route("GET", &format!("/api/reservations/{id}")),
+            Route::ReservationGet(id.into())
+        );
         assert_eq!(route("PUT", "/api/sales/d/queue"), Route::MethodNotAllowed);
         assert_eq!(
             route("GET", "/api/sales/d/reservations"),
@@ -227,6 +254,9 @@ mod tests {
             &format!("/api/sales/{}", "x".repeat(65)),
             "//////",
             "/api/reservations//purchase",
+            "/api/reservations/..",
+            "/api/reservations/.hidden",
+            "/api/reservations/a..b/purchase",
         ] {
             assert_eq!(route("GET", p), Route::NotFound, "{p:?}");
         }

@@ -619,7 +619,9 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         )
         .map_err(ApiError::token)?;
     if sold_out_known(env, sale).await {
-        return Err(ApiError::sold_out());
+        let mut r = error_response(&ApiError::sold_out()).map_err(internal)?;
+        let _ = r.headers_mut().set("x-edge-sold-out", "1");
+        return Ok(r);
     }
     let resp = forward(
         env,

@@ -1,0 +1,115 @@
+// Helpers for the edge end-to-end tests: HTTP calls, tokens in the DESIGN.md
+// v1 format (minted here independently of the Rust crate, so a token from
+// either side must verify on the other), the origin CLI and its metrics.
+import { createHmac, randomBytes, createHash } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+
+export const EDGE = process.env.EDGE_URL;
+export const ORIGIN = process.env.ORIGIN_URL;
+const ORIGIN_BIN = process.env.ORIGIN_BIN;
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const sha256hex = (s) => createHash('sha256').update(s).digest('hex');
+
+/** Signs claims with the first key of a `kid:base64key,...` ring. */
+export function sign(ring, claims) {
+  const [kid, b64] = ring.split(',')[0].split(':');
+  const payload = Buffer.from(JSON.stringify(claims)).toString('base64url');
+  const head = `v1.${kid}.${payload}`;
+  const sig = createHmac('sha256', Buffer.from(b64, 'base64')).update(head).digest('base64url');
+  return `${head}.${sig}`;
+}
+
+export function claims(typ, sub, sale, ttl = 3600, now = Math.floor(Date.now() / 1000)) {
+  const c = { typ, sub };
+  if (sale !== undefined) c.sale = sale;
+  c.iat = now;
+  c.exp = now + ttl;
+  c.jti = randomBytes(16).toString('base64url');
+  return c;
+}
+
+export const userToken = (sub, ttl) =>
+  sign(process.env.USER_TOKEN_KEYS, claims('user', sub, undefined, ttl));
+
+export function decode(token) {
+  return JSON.parse(Buffer.from(token.split('.')[2], 'base64url').toString());
+}
+
+/** One HTTP call; answers { status, headers, body (parsed JSON or text) }. */
+export async function call(method, url, { token, body, headers = {}, timeoutMs = 15000 } = {}) {
+  const h = { ...headers };
+  if (token) h.authorization = `Bearer ${token}`;
+  if (body !== undefined) h['content-type'] = 'application/json';
+  const r = await fetch(url, {
+    method,
+    headers: h,
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const text = await r.text();
+  let parsed = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: r.status, headers: r.headers, body: parsed };
+}
+
+/** Runs `fn(item, index)` over items with at most `n` in flight; keeps order. */
+export async function pool(items, n, fn) {
+  const out = new Array(items.length);
+  let next = 0;
+  const workers = Array.from({ length: Math.min(n, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i], i);
+    }
+  });
+  await Promise.all(workers);
+  return out;
+}
+
+export function origin(...args) {
+  return execFileSync(ORIGIN_BIN, args, { encoding: 'utf8', env: process.env, timeout: 30000 });
+}
+
+export function createSale(opts) {
+  const args = ['sale', 'create'];
+  for (const [k, v] of Object.entries(opts)) args.push(`--${k}`, String(v));
+  const out = origin(...args);
+  return JSON.parse(out.slice(out.indexOf('{')));
+}
+
+/** Sum of flashsale_reservation_requests_total over all outcomes. */
+export async function reservationRequests() {
+  const r = await fetch(`${ORIGIN}/metrics`, { signal: AbortSignal.timeout(5000) });
+  const text = await r.text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith('flashsale_reservation_requests_total')) {
+      sum += Number(line.trim().split(/\s+/).pop());
+    }
+  }
+  return sum;
+}
+
+export const rid = () => randomBytes(4).toString('hex');
+
+/** Polls `fn` until it returns a truthy value or `ms` pass. */
+export async function until(ms, fn, every = 250) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) return v;
+    await sleep(every);
+  }
+}
+
+/** Spearman rank correlation of two equally long lists of distinct ranks. */
+export function spearman(a, b) {
+  const n = a.length;
+  let d2 = 0;
+  for (let i = 0; i < n; i++) d2 += (a[i] - b[i]) ** 2;
+  return 1 - (6 * d2) / (n * (n * n - 1));
+}

@@ -1,0 +1,281 @@
+// The waiting room end to end: real origin, real `wrangler dev`.
+// Proves issue 6's "Must show": pre-queue draw is a permutation of 1..500
+// (and checkable from the published seed), later joiners follow in arrival
+// order, a repeated join returns the same ticket, admission only when the
+// frontier reaches a person, the admit token reserves through the edge and
+// the origin accepts it, forged tokens are refused at the edge.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  EDGE, call, createSale, decode, origin, pool, reservationRequests, rid, sha256hex,
+  sign, claims, sleep, spearman, userToken, until,
+} from './lib.mjs';
+
+const SALE = `e2e-q-${rid()}`;
+const N = 500;
+const RATE = 40;
+const LEAD_MS = 30_000;
+const accounts = Array.from({ length: N }, (_, i) => `pq-${String(i).padStart(3, '0')}-${rid()}`);
+const users = new Map(accounts.map((a) => [a, userToken(a)]));
+const joined = new Map(); // account -> first join answer
+let startsAtMs;
+let lastLate; // { account, ticket, place }
+
+test('health, static page and JSON errors', async () => {
+  const page = await fetch(`${EDGE}/`);
+  assert.equal(page.status, 200);
+  assert.match(await page.text(), /<html/i);
+  const h = await call('GET', `${EDGE}/api/health`);
+  assert.equal(h.status, 200);
+  assert.equal(h.body.ok, true);
+  const nf = await call('GET', `${EDGE}/api/nope`);
+  assert.equal(nf.status, 404);
+  assert.equal(nf.body.error.code, 'not_found');
+  assert.equal(typeof nf.body.error.message, 'string');
+  const unknown = await call('GET', `${EDGE}/api/sales/no-such-sale-${rid()}`);
+  assert.equal(unknown.status, 404);
+  assert.equal(unknown.body.error.code, 'sale_not_found');
+  const joinUnknown = await call('POST', `${EDGE}/api/sales/no-such-sale-${rid()}/queue`, {
+    token: userToken('someone'),
+  });
+  assert.equal(joinUnknown.status, 404);
+  assert.equal(joinUnknown.body.error.code, 'sale_not_found');
+  const noToken = await call('POST', `${EDGE}/api/sales/${SALE}/queue`);
+  assert.equal(noToken.status, 401);
+  assert.equal(noToken.body.error.code, 'token_missing');
+  const garbage = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: 'garbage' });
+  assert.equal(garbage.status, 401);
+  assert.equal(garbage.body.error.code, 'token_malformed');
+  const wrongMethod = await call('PUT', `${EDGE}/api/sales/${SALE}/queue`);
+  assert.equal(wrongMethod.status, 405);
+  const badId = await call('GET', `${EDGE}/api/sales/${'x'.repeat(100)}`);
+  assert.equal(badId.status, 404);
+});
+
+test(`${N} accounts join before the start: pre-queue, no position, one ticket each`, async () => {
+  startsAtMs = Date.now() + LEAD_MS;
+  createSale({
+    sale: SALE, name: 'E2E queue sale', units: 1000, 'per-user-limit': 1, shards: 2,
+    'starts-at': new Date(startsAtMs).toISOString(), 'admission-rate': RATE,
+    'admission-factor': 2, 'price-cents': 1999,
+  });
+  const before = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  assert.equal(before.status, 200);
+  assert.match(before.body.draw.commitment, /^[0-9a-f]{64}$/);
+  assert.equal(before.body.draw.seed, null);
+  const commitment = before.body.draw.commitment;
+
+  // Arrival order is the order of `accounts` (one at a time per worker,
+  // 8 workers: arrival order is recorded from the answers' seq numbers).
+  const answers = await pool(accounts, 8, async (a) => {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: users.get(a) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body;
+  });
+  assert.ok(Date.now() < startsAtMs - 2000, 'all joins must land before the start');
+  for (const [i, a] of accounts.entries()) {
+    const b = answers[i];
+    assert.equal(b.status, 'prequeue');
+    assert.equal(b.position, null);
+    assert.equal(b.place, null);
+    assert.ok(b.poll_after_ms >= 1000);
+    const c = decode(b.ticket);
+    assert.equal(c.typ, 'ticket');
+    assert.equal(c.sub, a);
+    assert.equal(c.sale, SALE);
+    assert.equal(c.tkt.place, undefined);
+    joined.set(a, { ...b, seq: c.tkt.seq });
+  }
+  const seqs = [...joined.values()].map((j) => j.seq).sort((x, y) => x - y);
+  assert.deepEqual(seqs, Array.from({ length: N }, (_, i) => i + 1));
+
+  // A repeated join returns the same ticket, and the same place (none yet).
+  for (const a of accounts.slice(0, 20)) {
+    const again = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(a) });
+    assert.equal(again.status, 200);
+    assert.equal(again.body.ticket, joined.get(a).ticket);
+  }
+  const st = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(accounts[0]).ticket });
+  assert.equal(st.status, 200);
+  assert.equal(st.body.status, 'prequeue');
+  const summary = await until(5000, async () => {
+    const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+    return s.body.queue && s.body.queue.entries === N ? s : null;
+  });
+  assert.ok(summary, 'summary shows the pre-queue');
+  assert.equal(summary.body.draw.commitment, commitment);
+  assert.equal(summary.body.queue.prequeue, N);
+  assert.equal(summary.body.name, 'E2E queue sale');
+});
+
+test('after the start the pre-queue places are a verifiable random permutation of 1..500', async () => {
+  await sleep(Math.max(0, startsAtMs - Date.now() + 1500));
+  const polled = await pool(accounts, 8, async (a) => {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(a).ticket });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.ok(['waiting', 'admitted'].includes(r.body.status), r.body.status);
+    assert.equal(decode(r.body.ticket).tkt.place, r.body.place, 'the new ticket carries the place');
+    return r.body;
+  });
+  const places = polled.map((b) => b.place);
+  assert.deepEqual([...places].sort((x, y) => x - y), Array.from({ length: N }, (_, i) => i + 1));
+
+  // Verifiable: the seed matches the commitment and reproduces every place.
+  const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  const { seed, commitment } = s.body.draw;
+  assert.match(seed, /^[0-9a-f]{64}$/);
+  assert.equal(sha256hex(Buffer.from(seed, 'hex')), commitment);
+  const expected = [...accounts].sort((x, y) => {
+    const kx = sha256hex(`${seed}:${x}`);
+    const ky = sha256hex(`${seed}:${y}`);
+    return kx < ky ? -1 : 1;
+  });
+  for (const [i, a] of accounts.entries()) {
+    assert.equal(places[i], expected.indexOf(a) + 1, `place of ${a}`);
+    joined.get(a).ticket = polled[i].ticket;
+    joined.get(a).place = polled[i].place;
+  }
+  // The audit list is sorted by draw value.
+  const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw?limit=5000`);
+  assert.equal(audit.status, 200);
+  assert.equal(audit.body.entries.length, N);
+  for (let i = 1; i < N; i++) assert.ok(audit.body.entries[i - 1].key < audit.body.entries[i].key);
+
+  // Arrival order does not predict the place.
+  const arrival = accounts.map((a) => joined.get(a).seq);
+  const rho = spearman(arrival, places);
+  assert.ok(Math.abs(rho) < 0.25, `Spearman rho ${rho}`);
+});
+
+test('later joiners follow in arrival order; a repeated join returns the same ticket', async () => {
+  const late = Array.from({ length: 10 }, (_, i) => `late-${i}-${rid()}`);
+  // The first one signs in with a user token minted by the Rust CLI: it
+  // verifies in the Wasm edge (and the JS-minted ones do too).
+  const cliToken = origin('token', 'user', '--sub', late[0]).trim();
+  assert.equal(decode(cliToken).sub, late[0]);
+  const got = [];
+  for (const a of late) {
+    const token = a === late[0] ? cliToken : userToken(a);
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.status, 200);
+    got.push({ account: a, ticket: r.body.ticket, place: r.body.place, status: r.body.status });
+  }
+  assert.deepEqual(got.map((g) => g.place), Array.from({ length: 10 }, (_, i) => N + 1 + i),
+    'places follow arrival order');
+  for (const g of got) {
+    const again = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(g.account) });
+    assert.equal(again.body.ticket, g.ticket);
+    assert.equal(again.body.place, g.place);
+  }
+  lastLate = got[got.length - 1];
+});
+
+test('a person is admitted only when the frontier reaches them', async () => {
+  const me = lastLate;
+  let sawWaiting = false;
+  let admitted = null;
+  const deadline = startsAtMs + ((me.place + 4 * RATE) / RATE) * 1000 + 20_000;
+  while (Date.now() < deadline) {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: me.ticket });
+    assert.equal(r.status, 200);
+    const b = r.body;
+    assert.equal(b.place, me.place);
+    if (b.status === 'waiting') {
+      sawWaiting = true;
+      assert.ok(b.ahead >= 0 && b.position === b.ahead + 1, JSON.stringify(b));
+      assert.equal(b.admission_token, undefined, 'no admit token while waiting');
+      assert.ok(b.poll_after_ms >= 800 && b.poll_after_ms <= 36_000);
+      assert.ok(Number.isInteger(b.eta_seconds));
+    } else {
+      assert.equal(b.status, 'admitted', JSON.stringify(b));
+      admitted = { at: Date.now(), body: b };
+      break;
+    }
+    await sleep(Math.min(b.poll_after_ms, 700));
+  }
+  assert.ok(sawWaiting, 'was waiting before the frontier reached them');
+  assert.ok(admitted, 'admitted in time');
+  // The frontier grows at RATE/s from the start: place p cannot be
+  // admitted before (p - 1) / RATE seconds (1 s slack for clocks).
+  const earliest = startsAtMs + ((me.place - 1) / RATE) * 1000 - 1000;
+  assert.ok(admitted.at >= earliest, `admitted ${admitted.at - earliest} ms too early`);
+  const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  assert.ok(s.body.queue.admitted >= me.place);
+  const c = decode(admitted.body.admission_token);
+  assert.equal(c.typ, 'admit');
+  assert.equal(c.sub, me.account);
+  assert.equal(c.sale, SALE);
+  assert.equal(c.exp - c.iat, 120);
+  me.admit = admitted.body.admission_token;
+});
+
+test('the admit token makes a reservation through the edge that the origin accepts', async () => {
+  const me = lastLate;
+  const key = `idem-${rid()}`;
+  const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+    token: me.admit, body: { qty: 1 }, headers: { 'idempotency-key': key },
+  });
+  assert.equal(r.status, 202, JSON.stringify(r.body));
+  assert.equal(r.body.status, 'held');
+  assert.equal(r.body.sale, SALE);
+  assert.ok(r.headers.get('location'));
+  const id = r.body.reservation_id;
+  // The same key again changes nothing.
+  const again = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+    token: me.admit, body: { qty: 1 }, headers: { 'idempotency-key': key },
+  });
+  assert.equal(again.body.reservation_id, id);
+  const got = await call('GET', `${EDGE}/api/reservations/${id}`, { token: me.admit });
+  assert.equal(got.status, 200, JSON.stringify(got.body));
+  assert.equal(got.body.reservation_id ?? got.body.id, id);
+  // An admit token minted by the Rust CLI verifies in the Wasm edge too.
+  const other = `cli-admit-${rid()}`;
+  const cliAdmit = origin('token', 'admit', '--sub', other, '--sale', SALE).trim();
+  const r2 = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+    token: cliAdmit, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+  });
+  assert.equal(r2.status, 202, JSON.stringify(r2.body));
+  // Bad body: the documented JSON error from the origin, through the edge.
+  const bad = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+    token: cliAdmit, body: '{not json', headers: { 'idempotency-key': `idem-${rid()}` },
+  });
+  assert.ok(bad.status >= 400 && bad.status < 500, String(bad.status));
+  assert.equal(typeof bad.body.error.code, 'string');
+});
+
+test('forged, altered, expired, cross-sale and missing admit tokens are refused at the edge', async () => {
+  const me = lastLate;
+  const [head, payload, sig] = [me.admit.split('.').slice(0, 2).join('.'), me.admit.split('.')[2], me.admit.split('.')[3]];
+  const flipped = sig[0] === 'A' ? `B${sig.slice(1)}` : `A${sig.slice(1)}`;
+  const otherSub = Buffer.from(JSON.stringify({ ...decode(me.admit), sub: 'someone-else' })).toString('base64url');
+  const ring = process.env.ADMISSION_TOKEN_KEYS;
+  const randomRing = `${ring.split(',')[0].split(':')[0]}:${Buffer.alloc(32, 7).toString('base64')}`;
+  const unknownKid = `zz:${Buffer.alloc(32, 7).toString('base64')}`;
+  const now = Math.floor(Date.now() / 1000);
+  const cases = [
+    ['missing', undefined, 401, 'token_missing'],
+    ['garbage', 'not-a-token', 401, 'token_malformed'],
+    ['bad signature', `${head}.${payload}.${flipped}`, 401, 'token_bad_signature'],
+    ['altered payload', `${head}.${otherSub}.${sig}`, 401, 'token_bad_signature'],
+    ['forged with a guessed key', sign(randomRing, claims('admit', me.account, SALE, 120)), 401, 'token_bad_signature'],
+    ['unknown kid', sign(unknownKid, claims('admit', me.account, SALE, 120)), 401, 'token_unknown_kid'],
+    ['expired', sign(ring, claims('admit', me.account, SALE, 100, now - 300)), 401, 'token_expired'],
+    ['other sale', sign(ring, claims('admit', me.account, 'another-sale', 120)), 403, 'token_wrong_sale'],
+    ['a ticket, not an admit', me.ticket, 401, 'token_wrong_type'],
+  ];
+  const before = await reservationRequests();
+  for (const [name, token, status, code] of cases) {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+    });
+    assert.equal(r.status, status, `${name}: ${JSON.stringify(r.body)}`);
+    assert.equal(r.body.error.code, code, name);
+  }
+  // Forged tickets do not get a status either.
+  const fakeTicket = sign(randomRing, { ...decode(me.ticket), tkt: { seq: 1, place: 1 } });
+  const st = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: fakeTicket });
+  assert.equal(st.status, 401);
+  assert.equal(st.body.error.code, 'token_bad_signature');
+  assert.equal(await reservationRequests(), before, 'none of these reached the origin');
+});

@@ -1,0 +1,128 @@
+// Sold out at the edge (DESIGN invariant 7), end to end: after the last
+// unit, 1,000 reservation attempts through the edge get 410 and the
+// origin's reservation counter does not move; waiting people are told
+// `sold_out`; when a unit comes back selling resumes; when the origin
+// stalls, browse answers are served stale and people keep their place.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  EDGE, call, createSale, decode, pool, reservationRequests, rid, sleep, userToken, until,
+} from './lib.mjs';
+
+const SALE = `e2e-so-${rid()}`;
+const UNITS = 3;
+const people = Array.from({ length: UNITS + 2 }, (_, i) => ({ account: `so-${i}-${rid()}` }));
+const holds = [];
+
+async function admitted(p, ms = 20_000) {
+  return until(ms, async () => {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: p.ticket });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    if (r.body.ticket) p.ticket = r.body.ticket;
+    return r.body.status === 'admitted' ? r.body : null;
+  }, 300);
+}
+
+test('the last units sell through the edge; the next attempt is refused with 410', async () => {
+  createSale({
+    sale: SALE, name: 'E2E sold-out sale', units: UNITS, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 200, 'admission-factor': 2,
+  });
+  for (const p of people.slice(0, UNITS + 1)) {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(p.account) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    p.ticket = r.body.ticket;
+    const a = await admitted(p);
+    assert.ok(a, `${p.account} admitted`);
+    p.admit = a.admission_token;
+  }
+  for (const p of people.slice(0, UNITS)) {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: p.admit, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+    });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    holds.push({ p, id: r.body.reservation_id });
+  }
+  const last = people[UNITS];
+  const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+    token: last.admit, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+  });
+  assert.equal(r.status, 410, JSON.stringify(r.body));
+  assert.equal(r.body.error.code, 'sold_out');
+});
+
+test('1,000 reservation attempts after the last unit get 410 from the edge; the origin counter does not move', async () => {
+  const last = people[UNITS];
+  const before = await reservationRequests();
+  const statuses = await pool(Array.from({ length: 1000 }, (_, i) => i), 16, async () => {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: last.admit, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+    });
+    assert.equal(r.body.error?.code, 'sold_out');
+    assert.equal(r.headers.get('x-edge-sold-out'), '1', 'answered by the edge');
+    return r.status;
+  });
+  assert.equal(statuses.filter((s) => s === 410).length, 1000);
+  const after = await reservationRequests();
+  assert.equal(after, before, `origin saw ${after - before} reservation requests`);
+  assert.ok(before > 0, 'the counter is live (it counted the sales above)');
+});
+
+test('people in the queue are told sold_out at once', async () => {
+  const late = people[UNITS + 1];
+  const j = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(late.account) });
+  assert.equal(j.status, 200);
+  assert.equal(j.body.status, 'sold_out');
+  late.ticket = j.body.ticket;
+  for (const p of people.slice(0, UNITS + 1)) {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: p.ticket });
+    assert.equal(r.body.status, 'sold_out', JSON.stringify(r.body));
+    assert.equal(r.body.admission_token, undefined);
+    assert.ok(r.body.poll_after_ms >= 1000);
+  }
+  const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  assert.equal(s.body.sold_out, true);
+});
+
+test('when a unit comes back (cancelled hold) selling resumes', async () => {
+  const { p, id } = holds[0];
+  const del = await call('DELETE', `${EDGE}/api/reservations/${id}`, { token: p.admit });
+  assert.ok(del.status >= 200 && del.status < 300, `${del.status} ${JSON.stringify(del.body)}`);
+  const last = people[UNITS];
+  const before = await reservationRequests();
+  const ok = await until(15_000, async () => {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: last.admit, body: { qty: 1 }, headers: { 'idempotency-key': `resume-${rid()}` },
+    });
+    assert.ok([202, 410].includes(r.status), `${r.status} ${JSON.stringify(r.body)}`);
+    return r.status === 202 ? r : null;
+  }, 500);
+  assert.ok(ok, 'a reservation went through after the unit came back');
+  assert.ok((await reservationRequests()) - before <= 2, 'rechecks used the summary, not reservations');
+});
+
+test('when the origin stalls, the summary is served stale and people keep their place', async () => {
+  const pid = Number(process.env.ORIGIN_PID);
+  const fresh = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  assert.equal(fresh.status, 200);
+  process.kill(pid, 'SIGSTOP');
+  try {
+    await sleep(1500);
+    const s = await call('GET', `${EDGE}/api/sales/${SALE}`, { timeoutMs: 20_000 });
+    assert.equal(s.status, 200, JSON.stringify(s.body));
+    assert.equal(s.body.stale, true);
+    assert.equal(s.body.name, 'E2E sold-out sale');
+    const late = people[UNITS + 1];
+    const st = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: late.ticket, timeoutMs: 20_000 });
+    assert.equal(st.status, 200, JSON.stringify(st.body));
+    assert.ok(['waiting', 'sold_out', 'admitted'].includes(st.body.status));
+    // Checkout while the origin is down: a JSON error with Retry-After, not a hang.
+    const r = await call('GET', `${EDGE}/api/reservations/${holds[1].id}`, { token: holds[1].p.admit, timeoutMs: 20_000 });
+    assert.equal(r.status, 503);
+    assert.equal(r.body.error.code, 'origin_unavailable');
+    assert.ok(r.headers.get('retry-after'));
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  assert.equal(decode(people[0].ticket).sale, SALE);
+});
