@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::configuration::{self, Settings};
 use crate::sales::{self, SaleSpec};
-use crate::startup::{self, Application, Workers};
+use crate::startup::{self, AppState, Application, Workers};
 use crate::{store, telemetry};
 
 #[derive(Parser, Debug)]
@@ -27,6 +27,19 @@ pub enum Command {
     Serve(ServeArgs),
     /// Applies migrations/ to DATABASE_URL.
     Migrate,
+    /// Runs only the settlement worker (streams → Postgres) until stopped.
+    Settle,
+    /// Compares Redis with Postgres for every active sale and repairs drift.
+    Reconcile {
+        /// One pass, print the report as JSON, exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Restores a sale's lost Redis shards (stock, holds, per-user counts) from Postgres.
+    Rebuild {
+        #[arg(long)]
+        sale: String,
+    },
     /// Sale administration.
     #[command(subcommand)]
     Sale(SaleCommand),
@@ -125,6 +138,52 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let app = Application::build(settings, workers).await?;
             app.run_until_stopped(startup::stop_on_signals()).await
+        }
+        Command::Settle => {
+            telemetry::init_tracing("info,sqlx=warn");
+            let state = AppState::connect(Settings::from_env()?).await?;
+            state.settler().run(startup::stop_on_signals()).await;
+            Ok(())
+        }
+        Command::Reconcile { once } => {
+            telemetry::init_tracing("info,sqlx=warn");
+            let state = AppState::connect(Settings::from_env()?).await?;
+            if !once {
+                crate::reconcile::run(
+                    state.engine.clone(),
+                    state.pool.clone(),
+                    state.sales.clone(),
+                    state.settings.reconcile_interval,
+                    startup::stop_on_signals(),
+                )
+                .await;
+                return Ok(());
+            }
+            let mut reports = Vec::new();
+            for sale in state.sales.active().await? {
+                reports.push(
+                    crate::reconcile::reconcile_sale(&state.engine, &state.pool, &sale, true)
+                        .await?,
+                );
+            }
+            println!("{}", serde_json::to_string_pretty(&reports)?);
+            Ok(())
+        }
+        Command::Rebuild { sale } => {
+            telemetry::init_tracing("info,sqlx=warn");
+            let state = AppState::connect(Settings::from_env()?).await?;
+            let loaded = state
+                .sales
+                .get(&sale)
+                .await?
+                .with_context(|| format!("no sale {sale:?}"))?;
+            let rebuilt =
+                crate::reconcile::rebuild_sale(&state.engine, &state.pool, &loaded).await?;
+            println!(
+                "{}",
+                serde_json::json!({"sale": sale, "rebuilt_shards": rebuilt})
+            );
+            Ok(())
         }
         Command::Migrate => {
             let pool = startup::pg_pool(&configuration::database_url())?;

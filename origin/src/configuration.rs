@@ -48,6 +48,8 @@ pub struct Settings {
     pub addr: SocketAddr,
     pub sweep_interval: Duration,
     pub reconcile_interval: Duration,
+    /// Settlement entries pending this long on a consumer are taken over.
+    pub settle_claim_idle: Duration,
     /// Reservation requests allowed in flight before the origin sheds (429).
     pub max_in_flight: usize,
     /// Dev-only conveniences (the dev payment provider endpoint).
@@ -166,6 +168,7 @@ impl Settings {
             addr,
             sweep_interval: duration_ms("SWEEP_INTERVAL_MS", 1_000)?,
             reconcile_interval: duration_ms("RECONCILE_INTERVAL_MS", 60_000)?,
+            settle_claim_idle: duration_ms("SETTLE_CLAIM_IDLE_MS", 30_000)?,
             max_in_flight,
             dev_mode: var("ORIGIN_DEV_MODE").is_some_and(|v| v == "1" || v == "true"),
         })

@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::configuration::Settings;
 use crate::reservations::Engine;
 use crate::sales::SaleRegistry;
+use crate::settlement::{SettleConfig, Settler};
 use crate::store::{self, Scripts};
-use crate::{routes, sweep, telemetry};
+use crate::{reconcile, routes, sweep, telemetry};
 
 /// Shared by every request handler.
 #[derive(Clone)]
@@ -43,6 +44,56 @@ impl std::ops::Deref for AppState {
     }
 }
 
+impl AppState {
+    /// Connects to Postgres (and migrates) and Redis; binds nothing (the
+    /// worker-only subcommands use this too).
+    pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
+        let pool = pg_pool(&settings.database_url)?;
+        migrate(&pool)
+            .await
+            .context("Postgres must be reachable at start (DATABASE_URL)")?;
+        let conn = store::connect(&settings.redis)
+            .await
+            .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
+        Ok(AppState(Arc::new(Inner {
+            engine: Arc::new(Engine {
+                conn,
+                scripts: Scripts::load(),
+            }),
+            sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
+            pool,
+            user_keys: settings.user_keys.clone(),
+            admission_keys: settings.admission_keys.clone(),
+            in_flight: Semaphore::new(settings.max_in_flight),
+            summaries: Mutex::new(HashMap::new()),
+            metrics: telemetry::metrics_handle(),
+            settings,
+        })))
+    }
+
+    /// A settlement worker with a consumer name unique to this process.
+    pub fn settler(&self) -> Arc<Settler> {
+        let mut cfg = SettleConfig::new(consumer_name());
+        cfg.claim_idle = self.settings.settle_claim_idle;
+        Arc::new(Settler::new(
+            self.engine.clone(),
+            self.pool.clone(),
+            self.sales.clone(),
+            cfg,
+        ))
+    }
+}
+
+/// `<host>-<pid>-<random>`: unique per worker, readable in XINFO CONSUMERS.
+pub fn consumer_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "origin".into());
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]
 pub struct Workers {
@@ -56,6 +107,11 @@ impl Workers {
         settle: true,
         sweep: true,
         reconcile: true,
+    };
+    pub const NONE: Workers = Workers {
+        settle: false,
+        sweep: false,
+        reconcile: false,
     };
 }
 
@@ -87,31 +143,12 @@ pub struct Application {
 impl Application {
     /// Connects, migrates, binds `settings.addr` (port 0 picks a free port).
     pub async fn build(settings: Settings, workers: Workers) -> anyhow::Result<Self> {
-        let pool = pg_pool(&settings.database_url)?;
-        migrate(&pool)
+        let addr = settings.addr;
+        let state = AppState::connect(settings).await?;
+        let listener = TcpListener::bind(addr)
             .await
-            .context("Postgres must be reachable at start (DATABASE_URL)")?;
-        let conn = store::connect(&settings.redis)
-            .await
-            .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
-        let listener = TcpListener::bind(settings.addr)
-            .await
-            .with_context(|| format!("binding {}", settings.addr))?;
+            .with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
-        let state = AppState(Arc::new(Inner {
-            engine: Arc::new(Engine {
-                conn,
-                scripts: Scripts::load(),
-            }),
-            sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
-            pool,
-            user_keys: settings.user_keys.clone(),
-            admission_keys: settings.admission_keys.clone(),
-            in_flight: Semaphore::new(settings.max_in_flight),
-            summaries: Mutex::new(HashMap::new()),
-            metrics: telemetry::metrics_handle(),
-            settings,
-        }));
         Ok(Application {
             port,
             listener,
@@ -137,6 +174,18 @@ impl Application {
                 state.engine.clone(),
                 state.sales.clone(),
                 state.settings.sweep_interval,
+                stop.clone(),
+            ));
+        }
+        if self.workers.settle {
+            tasks.spawn(state.settler().run(stop.clone()));
+        }
+        if self.workers.reconcile {
+            tasks.spawn(reconcile::run(
+                state.engine.clone(),
+                state.pool.clone(),
+                state.sales.clone(),
+                state.settings.reconcile_interval,
                 stop.clone(),
             ));
         }

@@ -97,6 +97,8 @@ pub struct ShardKeys {
     pub quota: String,
     pub stream: String,
     pub unquota: String,
+    /// Settlement entries that could not be read (parked, not lost).
+    pub dead_letter: String,
 }
 
 impl ShardKeys {
@@ -110,6 +112,7 @@ impl ShardKeys {
             quota: format!("{base}:quota"),
             stream: format!("{base}:stream"),
             unquota: format!("{base}:unquota"),
+            dead_letter: format!("{base}:dlq"),
             base,
         }
     }
@@ -151,6 +154,8 @@ pub struct Scripts {
     pub quota_return: Script,
     pub release: Script,
     pub sweep: Script,
+    pub reconcile: Script,
+    pub rebuild: Script,
 }
 
 const LIB: &str = include_str!("../../lua/_lib.lua");
@@ -168,6 +173,8 @@ impl Scripts {
             quota_return: Script::new(include_str!("../../lua/quota_return.lua")),
             release: with_lib(include_str!("../../lua/release.lua")),
             sweep: with_lib(include_str!("../../lua/sweep.lua")),
+            reconcile: Script::new(include_str!("../../lua/reconcile.lua")),
+            rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
         }
     }
 }

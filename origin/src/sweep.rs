@@ -84,7 +84,7 @@ pub async fn run(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if listed.elapsed() > Duration::from_secs(5) {
+        if listed.elapsed() >= Duration::from_secs(1) {
             match sales.active().await {
                 Ok(list) => {
                     active = list;

@@ -127,6 +127,7 @@ pub struct AppOptions {
     pub workers: Workers,
     pub max_in_flight: usize,
     pub sweep_interval: Duration,
+    pub reconcile_interval: Duration,
 }
 
 impl Default for AppOptions {
@@ -136,6 +137,7 @@ impl Default for AppOptions {
             workers: Workers::ALL,
             max_in_flight: 1_000_000,
             sweep_interval: Duration::from_millis(200),
+            reconcile_interval: Duration::from_secs(60),
         }
     }
 }
@@ -160,7 +162,8 @@ impl TestApp {
             payment_webhook_secret: Some("whsec_test".into()),
             addr: "127.0.0.1:0".parse().unwrap(),
             sweep_interval: opts.sweep_interval,
-            reconcile_interval: Duration::from_secs(60),
+            reconcile_interval: opts.reconcile_interval,
+            settle_claim_idle: Duration::from_millis(500),
             max_in_flight: opts.max_in_flight,
             dev_mode: true,
         };

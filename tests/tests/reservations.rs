@@ -15,6 +15,13 @@ use serde_json::Value;
 use tests::{AppOptions, RedisCluster, RedisServer, TestApp, sale_spec};
 use token::{Claims, KeyRing, TokenType};
 
+/// The settlement worker consumes the streams; these tests look at them.
+const NO_SETTLE: Workers = Workers {
+    settle: false,
+    sweep: true,
+    reconcile: false,
+};
+
 struct RaceResult {
     /// account -> units granted (sum of qty over 202s)
     granted: HashMap<String, i64>,
@@ -25,7 +32,7 @@ struct RaceResult {
 /// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1,
 /// distinct keys) at a sale of 1,000 units on 4 shards, limit 2; a sampler
 /// watches that no shard's stock ever reads negative.
-async fn race(app: &TestApp, sale: &str) -> RaceResult {
+pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     let _heavy = tests::HEAVY.lock().await;
     let cfg = app.create_sale(sale_spec(sale, 1_000, 2, 4)).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -154,7 +161,11 @@ async fn check_redis_after_race(app: &TestApp, sale: &str, r: &RaceResult) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_on_one_redis_sells_exactly_the_units() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_SETTLE,
+        ..Default::default()
+    })
+    .await;
     let r = race(&app, "race").await;
     check_redis_after_race(&app, "race", &r).await;
     app.stop().await;
@@ -165,6 +176,7 @@ async fn race_on_a_three_master_cluster_sells_exactly_the_units() {
     let cluster = RedisCluster::start();
     let app = TestApp::spawn_with(AppOptions {
         redis: RedisTarget::Cluster(cluster.seeds()),
+        workers: NO_SETTLE,
         ..Default::default()
     })
     .await;
@@ -270,7 +282,7 @@ async fn same_key_replayed_during_spill_is_one_hold_on_another_shard() {
     let stock: i64 = conn.get(&other.stock).await.unwrap();
     assert_eq!(stock, 2);
     let mut count: Option<i64> = Some(2);
-    for _ in 0..50 {
+    for _ in 0..100 {
         count = conn.hget(&hk.users, "bob").await.unwrap();
         if count.is_none() {
             break;

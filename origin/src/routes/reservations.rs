@@ -200,26 +200,51 @@ async fn create_inner(
     }
 }
 
-/// The reservation `id`'s sale, live hold (if still in Redis) and the
-/// account asking, checked to be its owner.
-async fn owned_hold(
-    app: &AppState,
-    id: &str,
-    headers: &HeaderMap,
-) -> Result<(std::sync::Arc<Sale>, Option<(usize, HoldRecord)>), ApiError> {
+/// A reservation as Postgres records it.
+#[derive(sqlx::FromRow)]
+struct Row {
+    account: String,
+    qty: i32,
+    status: String,
+    expires_at: DateTime<Utc>,
+}
+
+/// What is known of reservation `id`, for its owner only.
+struct Found {
+    sale: std::sync::Arc<Sale>,
+    /// The live hold in Redis: (shard, record).
+    live: Option<(usize, HoldRecord)>,
+    /// The row in Postgres (once settled).
+    row: Option<Row>,
+}
+
+/// Looks the reservation up in Redis and Postgres and checks that the
+/// caller's token is its account's (403 otherwise; 404 when unknown).
+async fn find_owned(app: &AppState, id: &str, headers: &HeaderMap) -> Result<Found, ApiError> {
     let not_found = || ApiError::not_found("reservation_not_found", "no such reservation");
     let rid = ReservationId::parse(id).ok_or_else(not_found)?;
     let sale = app.sales.get(rid.sale).await?.ok_or_else(not_found)?;
     let account =
         auth::account_for_reservation(&app.admission_keys, &app.user_keys, headers, rid.sale)?;
-    let found = app.engine.find_hold(&sale, id, rid.home).await?;
-    match &found {
-        Some((_, rec)) if rec.account != account => Err(ApiError::Forbidden(
+    let live = app.engine.find_hold(&sale, id, rid.home).await?;
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT account, qty, status, expires_at FROM reservations WHERE id = $1 AND sale_id = $2",
+    )
+    .bind(id)
+    .bind(rid.sale)
+    .fetch_optional(&app.pool)
+    .await?;
+    let owner = live
+        .as_ref()
+        .map(|(_, r)| r.account.as_str())
+        .or(row.as_ref().map(|r| r.account.as_str()))
+        .ok_or_else(not_found)?;
+    if owner != account {
+        return Err(ApiError::Forbidden(
             "this reservation belongs to another account",
-        )),
-        Some(_) => Ok((sale, found)),
-        None => Err(not_found()),
+        ));
     }
+    Ok(Found { sale, live, row })
 }
 
 pub async fn show(
@@ -227,14 +252,24 @@ pub async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let (sale, found) = owned_hold(&app, &id, &headers).await?;
-    let (_, rec) = found.expect("owned_hold returns a hold or an error");
+    let f = find_owned(&app, &id, &headers).await?;
+    // Postgres is the truth once it has the row; before that the hold is
+    // only in Redis ("held").
+    let (qty, status, expires_at) = match (&f.row, &f.live) {
+        (Some(r), _) => (
+            i64::from(r.qty),
+            r.status.clone(),
+            r.expires_at.to_rfc3339(),
+        ),
+        (None, Some((_, h))) => (h.qty, h.status.clone(), rfc3339_ms(h.expires_ms)),
+        (None, None) => unreachable!("find_owned returns 404 when neither exists"),
+    };
     Ok(Json(json!({
         "reservation_id": id,
-        "sale": sale.config.id,
-        "qty": rec.qty,
-        "status": rec.status,
-        "expires_at": rfc3339_ms(rec.expires_ms),
+        "sale": f.sale.config.id,
+        "qty": qty,
+        "status": status,
+        "expires_at": expires_at,
     })))
 }
 
@@ -243,8 +278,18 @@ pub async fn cancel(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let (sale, found) = owned_hold(&app, &id, &headers).await?;
-    let (shard, _) = found.expect("owned_hold returns a hold or an error");
+    let f = find_owned(&app, &id, &headers).await?;
+    let not_held = |status: &str| {
+        ApiError::conflict(
+            "reservation_not_held",
+            format!("the reservation is {status}; only a held reservation can be cancelled"),
+        )
+    };
+    let Some((shard, _)) = f.live else {
+        let status = f.row.map(|r| r.status).unwrap_or_else(|| "gone".into());
+        return Err(not_held(&status));
+    };
+    let sale = &f.sale;
     match app
         .engine
         .release(&sale.shards[shard], shard, &id, "cancelled")
@@ -259,13 +304,7 @@ pub async fn cancel(
                 json!({"reservation_id": id, "sale": sale.config.id, "qty": qty, "status": "cancelled"}),
             ))
         }
-        Released::Paid => Err(ApiError::conflict(
-            "reservation_paid",
-            "a paid reservation cannot be cancelled",
-        )),
-        Released::NotHeld => Err(ApiError::not_found(
-            "reservation_not_found",
-            "no such reservation",
-        )),
+        Released::Paid => Err(not_held("paid")),
+        Released::NotHeld => Err(not_held("no longer held")),
     }
 }

@@ -1,0 +1,20 @@
+-- reconcile.lua — repair one shard's stock from Postgres, only if nothing
+-- moved since it was read.
+--
+-- KEYS: 1 stock  2 stream (one shard's slot)
+-- ARGV: 1 stock value the reconciler observed  2 stock Postgres implies
+-- Returns 1 when repaired, 0 when refused: the stock changed since it was
+-- read, or the shard's settlement stream is not drained (Postgres is behind,
+-- so its figure is not the truth yet).
+--
+-- Invariant: never "repairs" from a Postgres that is behind.
+
+if redis.call('XLEN', KEYS[2]) > 0 then
+  return 0
+end
+local now = redis.call('GET', KEYS[1])
+if not now or now ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return 1

@@ -1,0 +1,246 @@
+//! The reconciler and the cold rebuild: Redis against Postgres.
+//!
+//! Per shard, Postgres implies the stock exactly: a hold takes units from the
+//! shard it was granted on and a release gives them back there, so
+//! `stock(s) = share(s) − Σ qty of live reservations on s` (live = settled,
+//! pending_payment, paid). The reconciler compares that with Redis once the
+//! shard's stream is drained, reports the drift (metric + log line) and
+//! repairs the stock with reconcile.lua, which refuses if the stream is not
+//! drained or the stock moved since it was read: it never "repairs" from a
+//! Postgres that is behind. When the hold records themselves disagree
+//! (Redis holds ≠ Postgres live reservations), it reports and leaves the
+//! shard alone: that needs an operator, not arithmetic.
+//!
+//! A shard whose keys are gone (Redis restarted without persistence) is
+//! rebuilt from Postgres (rebuild.lua: stock, holds with expiries, per-user
+//! counts and spill quota of accounts whose home it is). Holds granted but
+//! not yet settled when Redis lost them never reached the truth: those units
+//! are for sale again, and no unit Postgres knows is lost.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::reservations::Engine;
+use crate::sales::{Sale, SaleRegistry, shard_units};
+use crate::settlement;
+
+/// What reconciling one sale found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    pub sale: String,
+    /// Entries not yet settled; when > 0 nothing was compared or repaired.
+    pub lag: i64,
+    /// Σ over shards of (Redis stock − stock Postgres implies).
+    pub drift: i64,
+    pub repaired_shards: Vec<usize>,
+    pub rebuilt_shards: Vec<usize>,
+    /// Shards whose hold records disagree with Postgres (not auto-repaired).
+    pub mismatched_shards: Vec<usize>,
+}
+
+#[derive(sqlx::FromRow)]
+struct LiveRow {
+    id: String,
+    account: String,
+    qty: i32,
+    status: String,
+    shard: i32,
+    home: i32,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+}
+
+async fn live_reservations(pool: &PgPool, sale: &str) -> Result<Vec<LiveRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, account, qty, status, shard, home, created_at, expires_at FROM reservations
+         WHERE sale_id = $1 AND status IN ('settled', 'pending_payment', 'paid')",
+    )
+    .bind(sale)
+    .fetch_all(pool)
+    .await
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("postgres: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Compares one sale and, when `repair`, repairs it.
+pub async fn reconcile_sale(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    repair: bool,
+) -> Result<Report, ReconcileError> {
+    let cfg = &sale.config;
+    let mut report = Report {
+        sale: cfg.id.clone(),
+        ..Default::default()
+    };
+    let mut conn = engine.conn.clone();
+    let mut lost = Vec::new();
+    for (i, k) in sale.shards.iter().enumerate() {
+        let exists: bool = conn.exists(&k.stock).await?;
+        if !exists {
+            lost.push(i);
+        }
+    }
+    if !lost.is_empty() {
+        if repair {
+            report.rebuilt_shards = rebuild_sale(engine, pool, sale).await?;
+        } else {
+            report.rebuilt_shards = lost;
+        }
+        return Ok(report);
+    }
+    report.lag = settlement::lag(engine, sale).await?;
+    metrics::gauge!("flashsale_settlement_lag", "sale" => cfg.id.clone()).set(report.lag as f64);
+    if report.lag > 0 {
+        tracing::info!(sale = %cfg.id, lag = report.lag, "reconcile: settlement is behind; not comparing");
+        return Ok(report);
+    }
+    let live = live_reservations(pool, &cfg.id).await?;
+    for (i, k) in sale.shards.iter().enumerate() {
+        let pg: Vec<&LiveRow> = live.iter().filter(|r| r.shard as usize == i).collect();
+        let expected = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
+            - pg.iter().map(|r| i64::from(r.qty)).sum::<i64>();
+        let stock: Option<String> = conn.get(&k.stock).await?;
+        let Some(stock) = stock else { continue };
+        let redis_holds: HashMap<String, String> = conn.hgetall(&k.holds).await?;
+        let redis_ids: HashSet<&str> = redis_holds.keys().map(String::as_str).collect();
+        let pg_ids: HashSet<&str> = pg.iter().map(|r| r.id.as_str()).collect();
+        if redis_ids != pg_ids {
+            // Settlement is drained, so the sets must agree; if a hold was
+            // granted after the lag check, the next round sees it settled.
+            let lag_now = settlement::lag(engine, sale).await?;
+            if lag_now == 0 {
+                tracing::error!(sale = %cfg.id, shard = i, redis = redis_ids.len(), postgres = pg_ids.len(), "reconcile: hold records disagree; not repairing");
+                report.mismatched_shards.push(i);
+            }
+            continue;
+        }
+        let observed: i64 = stock.parse().unwrap_or(i64::MIN);
+        let drift = observed - expected;
+        report.drift += drift;
+        if drift != 0 {
+            tracing::warn!(sale = %cfg.id, shard = i, redis = observed, postgres = expected, drift, "reconcile: stock drift");
+            if repair {
+                let fixed: i64 = engine
+                    .scripts
+                    .reconcile
+                    .key(&k.stock)
+                    .key(&k.stream)
+                    .arg(&stock)
+                    .arg(expected)
+                    .invoke_async(&mut conn)
+                    .await?;
+                if fixed == 1 {
+                    report.repaired_shards.push(i);
+                    tracing::warn!(sale = %cfg.id, shard = i, stock = expected, "reconcile: repaired Redis stock from Postgres");
+                }
+            }
+        }
+    }
+    metrics::gauge!("flashsale_drift_units", "sale" => cfg.id.clone()).set(report.drift as f64);
+    Ok(report)
+}
+
+/// Rebuilds every shard of `sale` whose keys are gone; returns them.
+/// Waits (bounded) for the surviving shards' streams to drain first, so the
+/// per-user counts it restores include every settled hold.
+pub async fn rebuild_sale(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+) -> Result<Vec<usize>, ReconcileError> {
+    let cfg = &sale.config;
+    let mut conn = engine.conn.clone();
+    for _ in 0..50 {
+        if settlement::lag(engine, sale).await? == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let live = live_reservations(pool, &cfg.id).await?;
+    let mut rebuilt = Vec::new();
+    for (i, k) in sale.shards.iter().enumerate() {
+        let exists: bool = conn.exists(&k.stock).await?;
+        if exists {
+            continue;
+        }
+        let on_shard: Vec<&LiveRow> = live.iter().filter(|r| r.shard as usize == i).collect();
+        let stock = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
+            - on_shard.iter().map(|r| i64::from(r.qty)).sum::<i64>();
+        let holds: Vec<_> = on_shard
+            .iter()
+            .map(|r| {
+                let s = if r.status == "paid" { "paid" } else { "held" };
+                json!([r.id, {"a": r.account, "q": r.qty, "e": r.expires_at.timestamp_millis(),
+                              "h": r.home, "c": r.created_at.timestamp_millis(), "s": s}])
+            })
+            .collect();
+        let mut users: HashMap<&str, i64> = HashMap::new();
+        let mut quota = Vec::new();
+        for r in live.iter().filter(|r| r.home as usize == i) {
+            *users.entry(r.account.as_str()).or_default() += i64::from(r.qty);
+            if r.shard != r.home {
+                quota.push(json!([r.id, {"a": r.account, "q": r.qty, "s": r.shard}]));
+            }
+        }
+        let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
+        let data = json!({"holds": holds, "users": users, "quota": quota});
+        let done: i64 = engine
+            .scripts
+            .rebuild
+            .key(k.all().as_slice())
+            .arg(stock)
+            .arg(data.to_string())
+            .invoke_async(&mut conn)
+            .await?;
+        if done == 1 {
+            tracing::warn!(sale = %cfg.id, shard = i, stock, holds = on_shard.len(), "rebuilt shard from Postgres");
+            metrics::counter!("flashsale_rebuilt_shards_total").increment(1);
+            rebuilt.push(i);
+        }
+    }
+    Ok(rebuilt)
+}
+
+/// Reconciles every active sale each `interval` until cancelled.
+pub async fn run(
+    engine: std::sync::Arc<Engine>,
+    pool: PgPool,
+    sales: std::sync::Arc<SaleRegistry>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let list = match sales.active().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: cannot list sales");
+                continue;
+            }
+        };
+        for sale in list {
+            if let Err(e) = reconcile_sale(&engine, &pool, &sale, true).await {
+                tracing::warn!(sale = %sale.config.id, error = %e, "reconcile failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,529 @@
+//! The settlement worker: makes every hold durable in Postgres.
+//!
+//! It reads every shard's settlement stream with the consumer group
+//! `settlement`, in batches (up to 200 entries, or what arrived within a
+//! short idle wait), and writes one transaction per batch:
+//! - holds are inserted with `ON CONFLICT (id) DO NOTHING`, so a redelivered
+//!   entry changes nothing;
+//! - the inventory takes them with a conditional update
+//!   (`held + sold + n <= total`): Postgres is the last guard. If the batch as
+//!   a whole does not fit, holds are taken one by one in stream order and
+//!   those that do not fit are marked `rejected`; after commit their Redis
+//!   units are released (release.lua);
+//! - releases (cancel, expiry, rejection) move a reservation only from a live
+//!   status (`WHERE status IN (…)`), so a repeat is a no-op, and give `held` back.
+//!
+//! Entries are acknowledged (and deleted from the stream) only after the
+//! commit. Entries a dead consumer left pending are claimed with XAUTOCLAIM
+//! after `claim_idle`. Errors are split: a lost connection is retryable (back
+//! off, the same entries are read again); an entry that cannot be parsed is
+//! fatal for that entry only: it is parked in the shard's dead-letter stream
+//! and the worker keeps going.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
+};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::reservations::Engine;
+use crate::sales::{Sale, SaleRegistry};
+use crate::store::ShardKeys;
+
+/// The consumer group every settlement worker joins.
+pub const GROUP: &str = "settlement";
+
+/// Tuning of one worker.
+#[derive(Debug, Clone)]
+pub struct SettleConfig {
+    /// This worker's consumer name (unique per process).
+    pub consumer: String,
+    pub batch: usize,
+    /// How long to wait for more entries when a round found none.
+    pub idle_wait: Duration,
+    /// Entries pending this long on another consumer are taken over.
+    pub claim_idle: Duration,
+    /// How often pending entries are looked for.
+    pub claim_every: Duration,
+}
+
+impl SettleConfig {
+    pub fn new(consumer: impl Into<String>) -> Self {
+        SettleConfig {
+            consumer: consumer.into(),
+            batch: 200,
+            idle_wait: Duration::from_millis(20),
+            claim_idle: Duration::from_secs(30),
+            claim_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a batch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// Try again later; nothing was acknowledged.
+    #[error("retryable: {0}")]
+    Retryable(String),
+}
+
+impl From<redis::RedisError> for SettleError {
+    fn from(e: redis::RedisError) -> Self {
+        SettleError::Retryable(format!("redis: {e}"))
+    }
+}
+
+impl From<sqlx::Error> for SettleError {
+    fn from(e: sqlx::Error) -> Self {
+        SettleError::Retryable(format!("postgres: {e}"))
+    }
+}
+
+/// One parsed settlement record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Hold {
+        id: String,
+        account: String,
+        qty: i32,
+        shard: i32,
+        home: i32,
+        created_at: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    },
+    Release {
+        id: String,
+        reason: String,
+    },
+}
+
+fn field(e: &StreamId, name: &str) -> Option<String> {
+    e.get::<String>(name)
+}
+
+fn ms_time(v: Option<String>) -> Option<DateTime<Utc>> {
+    DateTime::<Utc>::from_timestamp_millis(v?.parse().ok()?)
+}
+
+/// Parses a stream entry; `None` means malformed (dead-letter it).
+pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
+    match field(e, "t")?.as_str() {
+        "hold" => {
+            if field(e, "sale")? != sale {
+                return None;
+            }
+            let qty: i32 = field(e, "qty")?.parse().ok()?;
+            (qty > 0).then_some(())?;
+            Some(Record::Hold {
+                id: field(e, "id")?,
+                account: field(e, "acct")?,
+                qty,
+                shard: field(e, "shard")?.parse().ok()?,
+                home: field(e, "home")?.parse().ok()?,
+                created_at: ms_time(field(e, "at"))?,
+                expires_at: ms_time(field(e, "exp"))?,
+            })
+        }
+        "release" => {
+            let reason = field(e, "reason")?;
+            matches!(reason.as_str(), "expired" | "cancelled" | "rejected").then_some(())?;
+            Some(Record::Release {
+                id: field(e, "id")?,
+                reason,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The worker.
+pub struct Settler {
+    pub engine: Arc<Engine>,
+    pub pool: PgPool,
+    pub sales: Arc<SaleRegistry>,
+    pub cfg: SettleConfig,
+    /// Test hook: when it counts down to zero, the worker "dies" right after
+    /// a commit and before acknowledging (negative: disabled).
+    pub die_before_ack_after: AtomicI64,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub entries: usize,
+    pub inserted: usize,
+    pub rejected: usize,
+    pub released: usize,
+    pub dead_lettered: usize,
+    /// The test hook fired: the batch committed and was not acknowledged.
+    pub died: bool,
+}
+
+impl Settler {
+    pub fn new(
+        engine: Arc<Engine>,
+        pool: PgPool,
+        sales: Arc<SaleRegistry>,
+        cfg: SettleConfig,
+    ) -> Self {
+        Settler {
+            engine,
+            pool,
+            sales,
+            cfg,
+            die_before_ack_after: AtomicI64::new(-1),
+        }
+    }
+
+    async fn ensure_group(&self, keys: &ShardKeys) -> redis::RedisResult<()> {
+        let mut conn = self.engine.conn.clone();
+        let r: redis::RedisResult<()> = conn.xgroup_create_mkstream(&keys.stream, GROUP, "0").await;
+        match r {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Reads and settles one batch of new entries from one shard.
+    pub async fn settle_shard(
+        &self,
+        sale: &Sale,
+        shard: usize,
+    ) -> Result<BatchOutcome, SettleError> {
+        let keys = &sale.shards[shard];
+        let mut conn = self.engine.conn.clone();
+        let opts = StreamReadOptions::default()
+            .group(GROUP, &self.cfg.consumer)
+            .count(self.cfg.batch);
+        let read: redis::RedisResult<Option<StreamReadReply>> =
+            conn.xread_options(&[&keys.stream], &[">"], &opts).await;
+        let reply = match read {
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.ensure_group(keys).await?;
+                return Ok(BatchOutcome::default());
+            }
+            other => other?,
+        };
+        let entries: Vec<StreamId> = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default();
+        self.process(sale, shard, entries).await
+    }
+
+    /// Takes over entries another consumer left pending too long.
+    pub async fn claim_shard(
+        &self,
+        sale: &Sale,
+        shard: usize,
+    ) -> Result<BatchOutcome, SettleError> {
+        let keys = &sale.shards[shard];
+        let mut conn = self.engine.conn.clone();
+        let r: redis::RedisResult<StreamAutoClaimReply> = conn
+            .xautoclaim_options(
+                &keys.stream,
+                GROUP,
+                &self.cfg.consumer,
+                self.cfg.claim_idle.as_millis() as u64,
+                "0-0",
+                StreamAutoClaimOptions::default().count(self.cfg.batch),
+            )
+            .await;
+        let reply = match r {
+            Err(e) if e.code() == Some("NOGROUP") => {
+                self.ensure_group(keys).await?;
+                return Ok(BatchOutcome::default());
+            }
+            other => other?,
+        };
+        if !reply.claimed.is_empty() {
+            tracing::info!(sale = %sale.config.id, shard, entries = reply.claimed.len(), "claimed entries left pending by another consumer");
+        }
+        self.process(sale, shard, reply.claimed).await
+    }
+
+    /// Writes a batch to Postgres in one transaction, then acknowledges it.
+    pub async fn process(
+        &self,
+        sale: &Sale,
+        shard: usize,
+        entries: Vec<StreamId>,
+    ) -> Result<BatchOutcome, SettleError> {
+        let mut out = BatchOutcome {
+            entries: entries.len(),
+            ..Default::default()
+        };
+        if entries.is_empty() {
+            return Ok(out);
+        }
+        let keys = &sale.shards[shard];
+        let sale_id = &sale.config.id;
+        let mut conn = self.engine.conn.clone();
+        let mut holds = Vec::new();
+        let mut releases = Vec::new();
+        for e in &entries {
+            match parse(e, sale_id) {
+                Some(r @ Record::Hold { .. }) => holds.push(r),
+                Some(r @ Record::Release { .. }) => releases.push(r),
+                None => {
+                    // Fatal for this entry only: park it, keep going.
+                    let mut fields: Vec<(String, String)> = e
+                        .map
+                        .keys()
+                        .filter_map(|k| Some((k.clone(), field(e, k)?)))
+                        .collect();
+                    fields.push(("original_id".into(), e.id.clone()));
+                    let _: String = conn.xadd(&keys.dead_letter, "*", &fields).await?;
+                    tracing::error!(sale = %sale_id, shard, entry = %e.id, "malformed settlement entry parked in the dead-letter stream");
+                    out.dead_lettered += 1;
+                }
+            }
+        }
+
+        let mut tx = self.pool.begin().await?;
+        let mut rejected_ids: Vec<String> = Vec::new();
+        if !holds.is_empty() {
+            let (mut ids, mut accts, mut qtys, mut shards, mut homes, mut created, mut expires) =
+                (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+            for h in &holds {
+                if let Record::Hold {
+                    id,
+                    account,
+                    qty,
+                    shard,
+                    home,
+                    created_at,
+                    expires_at,
+                } = h
+                {
+                    ids.push(id.clone());
+                    accts.push(account.clone());
+                    qtys.push(*qty);
+                    shards.push(*shard);
+                    homes.push(*home);
+                    created.push(*created_at);
+                    expires.push(*expires_at);
+                }
+            }
+            let inserted: Vec<(String, i32)> = sqlx::query_as(
+                "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at)
+                 SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at
+                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[])
+                      WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, n)
+                 ORDER BY u.n
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING id, qty",
+            )
+            .bind(sale_id)
+            .bind(&ids)
+            .bind(&accts)
+            .bind(&qtys)
+            .bind(&shards)
+            .bind(&homes)
+            .bind(&created)
+            .bind(&expires)
+            .fetch_all(&mut *tx)
+            .await?;
+            out.inserted = inserted.len();
+            // RETURNING order is not guaranteed: restore stream order.
+            let order: HashMap<&str, usize> = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i))
+                .collect();
+            let mut inserted = inserted;
+            inserted.sort_by_key(|(id, _)| order.get(id.as_str()).copied().unwrap_or(usize::MAX));
+            let n: i32 = inserted.iter().map(|(_, q)| q).sum();
+            if n > 0 && !take_units(&mut tx, sale_id, n).await? {
+                // The batch does not fit: Postgres refuses what would go over total.
+                for (id, qty) in &inserted {
+                    if !take_units(&mut tx, sale_id, *qty).await? {
+                        rejected_ids.push(id.clone());
+                    }
+                }
+                sqlx::query(
+                    "UPDATE reservations SET status = 'rejected', released_at = now(), release_reason = 'over_total'
+                     WHERE id = ANY($1)",
+                )
+                .bind(&rejected_ids)
+                .execute(&mut *tx)
+                .await?;
+                out.rejected = rejected_ids.len();
+                metrics::counter!("flashsale_settlement_rejected_total")
+                    .increment(rejected_ids.len() as u64);
+            }
+            // A redelivered batch finds earlier rejections: release them (again) too.
+            let earlier: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'rejected' AND NOT (id = ANY($2))",
+            )
+            .bind(&ids)
+            .bind(&rejected_ids)
+            .fetch_all(&mut *tx)
+            .await?;
+            rejected_ids.extend(earlier);
+        }
+        if !releases.is_empty() {
+            let mut by_reason: HashMap<&str, Vec<String>> = HashMap::new();
+            for r in &releases {
+                if let Record::Release { id, reason } = r {
+                    by_reason
+                        .entry(reason.as_str())
+                        .or_default()
+                        .push(id.clone());
+                }
+            }
+            for (reason, ids) in by_reason {
+                let status = match reason {
+                    "expired" => "expired",
+                    "cancelled" => "cancelled",
+                    _ => "rejected",
+                };
+                let released: Vec<i32> = sqlx::query_scalar(
+                    "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
+                     WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
+                     RETURNING qty",
+                )
+                .bind(&ids)
+                .bind(status)
+                .bind(reason)
+                .bind(sale_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                out.released += released.len();
+                let n: i32 = released.iter().sum();
+                if n > 0 {
+                    sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+                        .bind(sale_id)
+                        .bind(n)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+        }
+        tx.commit().await?;
+
+        if self.die_before_ack_after.load(Ordering::Acquire) >= 0
+            && self.die_before_ack_after.fetch_sub(1, Ordering::AcqRel) == 0
+        {
+            out.died = true;
+            return Ok(out);
+        }
+        for id in &rejected_ids {
+            self.engine.release(keys, shard, id, "rejected").await?;
+        }
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        let _: i64 = conn.xack(&keys.stream, GROUP, &ids).await?;
+        let _: i64 = conn.xdel(&keys.stream, &ids).await?;
+        metrics::histogram!("flashsale_settlement_batch_size").record(entries.len() as f64);
+        metrics::counter!("flashsale_settled_entries_total").increment(entries.len() as u64);
+        Ok(out)
+    }
+
+    /// Runs until cancelled (or until the test hook "kills" it).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut active: Vec<Arc<Sale>> = Vec::new();
+        let mut listed = Instant::now() - Duration::from_secs(3600);
+        let mut claimed = Instant::now() - Duration::from_secs(3600);
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if stop.is_cancelled() {
+                return;
+            }
+            if listed.elapsed() > Duration::from_secs(2) {
+                match self.sales.active().await {
+                    Ok(list) => {
+                        for sale in &list {
+                            for k in &sale.shards {
+                                if let Err(e) = self.ensure_group(k).await {
+                                    tracing::warn!(error = %e, "settlement: cannot create consumer group");
+                                }
+                            }
+                        }
+                        active = list;
+                        listed = Instant::now();
+                    }
+                    Err(e) => tracing::warn!(error = %e, "settlement: cannot list sales"),
+                }
+            }
+            let claim = claimed.elapsed() >= self.cfg.claim_every;
+            if claim {
+                claimed = Instant::now();
+            }
+            let mut work = 0;
+            let mut failed = false;
+            'sales: for sale in &active {
+                for shard in 0..sale.shards.len() {
+                    let r = if claim {
+                        match self.claim_shard(sale, shard).await {
+                            Ok(o) if o.died => return,
+                            Ok(_) => self.settle_shard(sale, shard).await,
+                            Err(e) => Err(e),
+                        }
+                    } else {
+                        self.settle_shard(sale, shard).await
+                    };
+                    match r {
+                        Ok(o) if o.died => return,
+                        Ok(o) => work += o.entries,
+                        Err(e) => {
+                            tracing::warn!(sale = %sale.config.id, shard, error = %e, ?backoff, "settlement batch failed; backing off");
+                            failed = true;
+                            break 'sales;
+                        }
+                    }
+                }
+            }
+            let pause = if failed {
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff
+            } else {
+                backoff = Duration::from_millis(50);
+                if work == 0 {
+                    self.cfg.idle_wait
+                } else {
+                    Duration::ZERO
+                }
+            };
+            if !pause.is_zero() {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The conditional inventory update: takes `n` units into `held` only if
+/// held + sold stay within total. Returns whether it did.
+async fn take_units(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sale: &str,
+    n: i32,
+) -> Result<bool, sqlx::Error> {
+    let r = sqlx::query(
+        "UPDATE inventory SET held = held + $2 WHERE sale_id = $1 AND held + sold + $2 <= total",
+    )
+    .bind(sale)
+    .bind(n)
+    .execute(&mut **tx)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+/// Settlement lag of a sale: entries in its streams not yet settled.
+pub async fn lag(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64> {
+    let mut conn = engine.conn.clone();
+    let mut n = 0;
+    for k in &sale.shards {
+        let len: i64 = conn.xlen(&k.stream).await?;
+        n += len;
+    }
+    Ok(n)
+}
