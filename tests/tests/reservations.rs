@@ -3,16 +3,13 @@
 //! Redis outages.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use origin::configuration::RedisTarget;
 use origin::startup::Workers;
 use redis::AsyncCommands;
 use serde_json::Value;
-use tests::{AppOptions, RedisCluster, RedisServer, TestApp, sale_spec};
+use tests::{AppOptions, RaceResult, RedisCluster, RedisServer, TestApp, race, sale_spec};
 use token::{Claims, KeyRing, TokenType};
 
 /// The settlement worker consumes the streams; these tests look at them.
@@ -21,97 +18,6 @@ const NO_SETTLE: Workers = Workers {
     sweep: true,
     reconcile: false,
 };
-
-struct RaceResult {
-    /// account -> units granted (sum of qty over 202s)
-    granted: HashMap<String, i64>,
-    ids: HashSet<String>,
-    refusals: HashMap<String, usize>,
-}
-
-/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1,
-/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2; a sampler
-/// watches that no shard's stock ever reads negative.
-pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
-    let _heavy = tests::HEAVY.lock().await;
-    let cfg = app.create_sale(sale_spec(sale, 1_000, 2, 4)).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let stop = stop.clone();
-        let mut conn = app.redis().await;
-        let keys: Vec<String> = cfg
-            .shard_tags
-            .iter()
-            .map(|t| origin::store::ShardKeys::new(&app.prefix, t).stock)
-            .collect();
-        tokio::spawn(async move {
-            let mut samples = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                for k in &keys {
-                    let v: i64 = conn.get(k).await.unwrap();
-                    assert!(v >= 0, "stock of {k} read {v}");
-                }
-                samples += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            samples
-        })
-    };
-    let requests: Vec<(String, String)> = (0..5_000)
-        .flat_map(|a| (0..4).map(move |k| (format!("acct-{a}"), format!("key-{a}-{k}"))))
-        .collect();
-    let tokens: HashMap<String, String> = (0..5_000)
-        .map(|a| {
-            let acct = format!("acct-{a}");
-            let t = app.admit(&acct, sale);
-            (acct, t)
-        })
-        .collect();
-    let results: Vec<(String, u16, Value)> = futures::stream::iter(requests)
-        .map(|(acct, key)| {
-            let token = tokens[&acct].clone();
-            async move {
-                let (status, body, _) = app
-                    .reserve(sale, Some(&token), Some(&key), r#"{"qty":1}"#)
-                    .await;
-                (acct, status, body)
-            }
-        })
-        .buffer_unordered(256)
-        .collect()
-        .await;
-    stop.store(true, Ordering::Relaxed);
-    let samples = sampler.await.expect("stock never negative");
-    assert!(samples > 0);
-    let mut out = RaceResult {
-        granted: HashMap::new(),
-        ids: HashSet::new(),
-        refusals: HashMap::new(),
-    };
-    for (acct, status, body) in results {
-        match status {
-            202 => {
-                *out.granted.entry(acct).or_default() += body["qty"].as_i64().unwrap();
-                assert!(
-                    out.ids
-                        .insert(body["reservation_id"].as_str().unwrap().to_string())
-                );
-            }
-            409 | 410 => {
-                let code = body["error"]["code"].as_str().unwrap().to_string();
-                let want = if status == 409 {
-                    "per_user_limit"
-                } else {
-                    "sold_out"
-                };
-                assert_eq!(code, want);
-                *out.refusals.entry(code).or_default() += 1;
-            }
-            other => panic!("unexpected status {other}: {body}"),
-        }
-    }
-    out
-}
 
 /// What Redis holds for the sale after the race, checked against the answers.
 async fn check_redis_after_race(app: &TestApp, sale: &str, r: &RaceResult) {
