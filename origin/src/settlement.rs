@@ -183,12 +183,7 @@ impl Settler {
     }
 
     async fn ensure_group(&self, keys: &ShardKeys) -> redis::RedisResult<()> {
-        let mut conn = self.engine.conn.clone();
-        let r: redis::RedisResult<()> = conn.xgroup_create_mkstream(&keys.stream, GROUP, "0").await;
-        match r {
-            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => other,
-        }
+        ensure_group(&mut self.engine.conn.clone(), keys).await
     }
 
     /// Reads and settles one batch of new entries from one shard.
@@ -205,9 +200,11 @@ impl Settler {
         let read: redis::RedisResult<Option<StreamReadReply>> =
             conn.xread_options(&[&keys.stream], &[">"], &opts).await;
         let reply = match read {
+            // The group is made at `sale create`; a Redis that lost its data
+            // lost it too: make it again (from 0: nothing is skipped).
             Err(e) if e.code() == Some("NOGROUP") => {
                 self.ensure_group(keys).await?;
-                return Ok(BatchOutcome::default());
+                conn.xread_options(&[&keys.stream], &[">"], &opts).await?
             }
             other => other?,
         };
@@ -515,6 +512,18 @@ async fn take_units(
     .execute(&mut **tx)
     .await?;
     Ok(r.rows_affected() == 1)
+}
+
+/// Creates the shard's consumer group (and stream) unless it exists.
+pub async fn ensure_group(
+    conn: &mut crate::store::RedisConn,
+    keys: &ShardKeys,
+) -> redis::RedisResult<()> {
+    let r: redis::RedisResult<()> = conn.xgroup_create_mkstream(&keys.stream, GROUP, "0").await;
+    match r {
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        other => other,
+    }
 }
 
 /// Settlement lag of a sale: entries in its streams not yet settled.

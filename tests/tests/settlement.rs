@@ -1,0 +1,432 @@
+//! Postgres truth: settlement, crash and redelivery, drift repair, and the
+//! cold rebuild after Redis loses its data — all against real Redis and
+//! Postgres.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use origin::configuration::RedisTarget;
+use origin::reconcile;
+use origin::startup::Workers;
+use redis::AsyncCommands;
+use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
+
+const NO_WORKERS: Workers = Workers::NONE;
+
+/// Waits until every stream of the sale is drained (bounded).
+async fn wait_settled(app: &TestApp, sale: &str) {
+    let s = app.state.sales.get(sale).await.unwrap().unwrap();
+    for _ in 0..300 {
+        if origin::settlement::lag(&app.state.engine, &s)
+            .await
+            .unwrap()
+            == 0
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("settlement did not drain");
+}
+
+async fn inventory(app: &TestApp, sale: &str) -> (i32, i32, i32) {
+    sqlx::query_as("SELECT total, held, sold FROM inventory WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap()
+}
+
+async fn live_ids(app: &TestApp, sale: &str) -> HashSet<String> {
+    sqlx::query_scalar(
+        "SELECT id FROM reservations WHERE sale_id = $1 AND status IN ('settled','pending_payment','paid')",
+    )
+    .bind(sale)
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+async fn redis_hold_ids(app: &TestApp, sale: &str) -> HashSet<String> {
+    let s = app.state.sales.get(sale).await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    let mut ids = HashSet::new();
+    for k in &s.shards {
+        let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+        ids.extend(h.into_keys());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_then_settle_postgres_holds_exactly_what_redis_granted() {
+    let app = TestApp::spawn().await;
+    let r = race(&app, "settle").await;
+    assert_eq!(r.granted.values().sum::<i64>(), 1_000);
+    wait_settled(&app, "settle").await;
+    assert_eq!(
+        live_ids(&app, "settle").await,
+        r.ids,
+        "Postgres has exactly the granted holds"
+    );
+    assert_eq!(redis_hold_ids(&app, "settle").await, r.ids);
+    assert_eq!(
+        inventory(&app, "settle").await,
+        (1_000, 1_000, 0),
+        "held = granted, nothing over total"
+    );
+    let over: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT account FROM reservations WHERE sale_id = 'settle'
+         AND status IN ('settled','pending_payment','paid') GROUP BY account HAVING sum(qty) > 2) x",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(over, 0, "per-user limit holds in Postgres too");
+    let report = reconcile::reconcile_sale(
+        &app.state.engine,
+        &app.state.pool,
+        &app.state.sales.get("settle").await.unwrap().unwrap(),
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.lag, report.drift), (0, 0));
+    assert!(report.mismatched_shards.is_empty() && report.repaired_shards.is_empty());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_commit_and_ack_loses_and_doubles_nothing() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("crash", 300, 3, 3)).await;
+    let mut ids = HashSet::new();
+    for a in 0..150 {
+        let t = app.admit(&format!("c{a}"), "crash");
+        let (s, b, _) = app
+            .reserve("crash", Some(&t), Some("k"), r#"{"qty":2}"#)
+            .await;
+        assert_eq!(s, 202);
+        ids.insert(b["reservation_id"].as_str().unwrap().to_string());
+    }
+    // Worker 1 commits its second batch, then "dies" before acknowledging.
+    let first = app.state.settler();
+    first.die_before_ack_after.store(1, Ordering::Release);
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::time::timeout(Duration::from_secs(30), first.clone().run(stop.clone()))
+        .await
+        .expect("the hook stops worker 1");
+    let sale = app.state.sales.get("crash").await.unwrap().unwrap();
+    assert!(
+        origin::settlement::lag(&app.state.engine, &sale)
+            .await
+            .unwrap()
+            > 0,
+        "entries left pending"
+    );
+    // Worker 2 (another consumer) claims what worker 1 left pending.
+    let second = app.state.settler();
+    let task = tokio::spawn(second.run(stop.clone()));
+    wait_settled(&app, "crash").await;
+    stop.cancel();
+    task.await.unwrap();
+    assert_eq!(live_ids(&app, "crash").await, ids, "every hold in Postgres");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sale_id = 'crash'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 150, "exactly once");
+    assert_eq!(inventory(&app, "crash").await, (300, 300, 0));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("redo", 50, 2, 1)).await;
+    for a in 0..10 {
+        let t = app.admit(&format!("r{a}"), "redo");
+        assert_eq!(
+            app.reserve("redo", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202
+        );
+    }
+    let sale = app.state.sales.get("redo").await.unwrap().unwrap();
+    let k = &sale.shards[0];
+    let mut conn = app.redis().await;
+    // Copy every entry (a redelivery), and add one that cannot be read.
+    let all: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await.unwrap();
+    for e in &all.ids {
+        let fields: Vec<(String, String)> = e
+            .map
+            .keys()
+            .map(|f| (f.clone(), e.get::<String>(f).unwrap()))
+            .collect();
+        let _: String = conn.xadd(&k.stream, "*", &fields).await.unwrap();
+    }
+    let _: String = conn
+        .xadd(&k.stream, "*", &[("t", "hold"), ("id", "x")])
+        .await
+        .unwrap();
+    let settler = app.state.settler();
+    let mut outcomes = Vec::new();
+    loop {
+        let o = settler.settle_shard(&sale, 0).await.unwrap();
+        if o.entries == 0 {
+            break;
+        }
+        outcomes.push(o);
+    }
+    let inserted: usize = outcomes.iter().map(|o| o.inserted).sum();
+    let parked: usize = outcomes.iter().map(|o| o.dead_lettered).sum();
+    assert_eq!(
+        (inserted, parked),
+        (10, 1),
+        "copies skipped, the bad entry parked"
+    );
+    assert_eq!(
+        inventory(&app, "redo").await,
+        (50, 10, 0),
+        "counts unchanged by the copies"
+    );
+    let dlq: i64 = conn.xlen(&k.dead_letter).await.unwrap();
+    assert_eq!(dlq, 1);
+    assert_eq!(
+        origin::settlement::lag(&app.state.engine, &sale)
+            .await
+            .unwrap(),
+        0,
+        "worker kept going"
+    );
+    // A release delivered twice gives `held` back once.
+    let t = app.admit("r0", "redo");
+    let id = live_ids(&app, "redo").await.into_iter().next().unwrap();
+    let owner: String = sqlx::query_scalar("SELECT account FROM reservations WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    let t = if owner == "r0" {
+        t
+    } else {
+        app.admit(&owner, "redo")
+    };
+    let res = app
+        .client
+        .delete(format!("{}/api/reservations/{id}", app.addr))
+        .bearer_auth(&t)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let rel: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await.unwrap();
+    for e in &rel.ids {
+        let fields: Vec<(String, String)> = e
+            .map
+            .keys()
+            .map(|f| (f.clone(), e.get::<String>(f).unwrap()))
+            .collect();
+        let _: String = conn.xadd(&k.stream, "*", &fields).await.unwrap();
+    }
+    while settler.settle_shard(&sale, 0).await.unwrap().entries > 0 {}
+    assert_eq!(inventory(&app, "redo").await, (50, 9, 0));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_what_would_go_over_total_and_redis_gets_it_back() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("guard", 10, 2, 1)).await;
+    // Postgres already counts 9 sold (as if Redis had drifted): only 1 fits.
+    sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = 'guard'")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    for a in ["g1", "g2", "g3"] {
+        let t = app.admit(a, "guard");
+        assert_eq!(
+            app.reserve("guard", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202
+        );
+    }
+    let sale = app.state.sales.get("guard").await.unwrap().unwrap();
+    let o = app.state.settler().settle_shard(&sale, 0).await.unwrap();
+    assert_eq!((o.inserted, o.rejected), (3, 2));
+    assert_eq!(inventory(&app, "guard").await, (10, 1, 9));
+    let rejected: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reservations WHERE sale_id = 'guard' AND status = 'rejected'",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!(rejected, 2);
+    let mut conn = app.redis().await;
+    let stock: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    assert_eq!(stock, 9, "the two refused units are back in Redis");
+    // Their release records settle as no-ops (already rejected).
+    app.state.settler().settle_shard(&sale, 0).await.unwrap();
+    assert_eq!(inventory(&app, "guard").await, (10, 1, 9));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_reported_and_repaired_but_never_while_settlement_is_behind() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("drift", 100, 2, 2)).await;
+    let sale = app.state.sales.get("drift").await.unwrap().unwrap();
+    let settler = app.state.settler();
+    for a in 0..20 {
+        let t = app.admit(&format!("d{a}"), "drift");
+        assert_eq!(
+            app.reserve("drift", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202
+        );
+    }
+    for s in 0..2 {
+        while settler.settle_shard(&sale, s).await.unwrap().entries > 0 {}
+    }
+    let mut conn = app.redis().await;
+    let before: i64 = conn.get(&sale.shards[1].stock).await.unwrap();
+    let _: i64 = conn.incr(&sale.shards[1].stock, 7).await.unwrap();
+    let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!((r.drift, r.repaired_shards.clone()), (7, vec![1]), "{r:?}");
+    let after: i64 = conn.get(&sale.shards[1].stock).await.unwrap();
+    assert_eq!(after, before);
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("flashsale_drift_units{sale=\"drift\"} 7"),
+        "drift reported as a metric"
+    );
+    // Settlement behind: a new hold is in the stream, not yet in Postgres.
+    let t = app.admit("late", "drift");
+    assert_eq!(
+        app.reserve("drift", Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    let _: i64 = conn.incr(&sale.shards[0].stock, 3).await.unwrap();
+    let tampered: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert!(r.lag > 0 && r.repaired_shards.is_empty(), "{r:?}");
+    let still: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    assert_eq!(
+        still, tampered,
+        "nothing repaired from a Postgres that is behind"
+    );
+    for s in 0..2 {
+        while settler.settle_shard(&sale, s).await.unwrap().entries > 0 {}
+    }
+    let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!((r.drift, r.repaired_shards), (3, vec![0]));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_losing_its_data_mid_sale_is_503_then_rebuilt_and_selling_goes_on() {
+    let mut redis = RedisServer::start(&["--appendonly", "no"]);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(redis.url()),
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("cold", 40, 2, 2)).await;
+    let mut before = HashSet::new();
+    for a in 0..10 {
+        let t = app.admit(&format!("p{a}"), "cold");
+        let (s, b, _) = app
+            .reserve("cold", Some(&t), Some("k"), r#"{"qty":2}"#)
+            .await;
+        assert_eq!(s, 202);
+        before.insert(b["reservation_id"].as_str().unwrap().to_string());
+    }
+    wait_settled(&app, "cold").await;
+    redis.restart(); // no persistence: every key is gone
+    let t = app.admit("p0", "cold");
+    let mut answer = (0, serde_json::Value::Null);
+    for _ in 0..50 {
+        let (s, b, _) = app
+            .reserve("cold", Some(&t), Some("again"), r#"{"qty":1}"#)
+            .await;
+        answer = (s, b);
+        if s == 503 && answer.1["error"]["code"] == "sale_unavailable" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer.0, 503, "never sells blind: {}", answer.1);
+    assert_eq!(answer.1["error"]["code"], "sale_unavailable");
+    let sale = app.state.sales.get("cold").await.unwrap().unwrap();
+    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![0, 1]);
+    assert_eq!(
+        redis_hold_ids(&app, "cold").await,
+        before,
+        "no unit Postgres knows is lost"
+    );
+    // Per-user counts came back: p0 holds 2 of 2.
+    let (s, b, _) = app
+        .reserve("cold", Some(&t), Some("again"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit"))
+    );
+    for a in 10..40 {
+        let t = app.admit(&format!("p{a}"), "cold");
+        let s = app
+            .reserve("cold", Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await
+            .0;
+        assert!(s == 202 || s == 410, "{s}");
+    }
+    wait_settled(&app, "cold").await;
+    let (total, held, sold) = inventory(&app, "cold").await;
+    assert_eq!((total, held + sold), (40, 40), "sold out, never over");
+    let sale_report = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
+        .await
+        .unwrap();
+    assert_eq!(sale_report.drift, 0);
+    app.stop().await;
+}
