@@ -33,6 +33,9 @@ use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status};
 
 /// How long a queue snapshot is reused from isolate memory.
 const SNAPSHOT_TTL_MS: u64 = 1_000;
+/// From this age on, one request refreshes the snapshot while the others
+/// keep using the cached one (single flight: no herd on the object).
+const SNAPSHOT_REFRESH_MS: u64 = 700;
 /// How long a stale snapshot may stand in when the object cannot answer.
 const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// How long the sold-out flag stands before it is rechecked.
@@ -50,6 +53,7 @@ type ApiResult<T> = std::result::Result<T, ApiError>;
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
     static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
+    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
 }
@@ -256,16 +260,27 @@ fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
     s
 }
 
-/// The queue snapshot, from isolate memory if at most 1 s old.
+/// The queue snapshot from isolate memory: fresh for 1 s; from 0.7 s on a
+/// single request refreshes it from the object while the others go on
+/// using the cached one (at most 1 s plus one object round trip old).
 async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
     let now = now_ms();
     let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
-    if let Some((at, s)) = &cached
-        && now.saturating_sub(*at) < SNAPSHOT_TTL_MS
-    {
-        return Ok(s.clone());
+    let in_flight = REFRESHING.with(|m| {
+        m.borrow()
+            .get(sale)
+            .is_some_and(|t| now.saturating_sub(*t) < 2 * SNAPSHOT_TTL_MS)
+    });
+    if let Some((at, s)) = &cached {
+        let age = now.saturating_sub(*at);
+        if age < SNAPSHOT_REFRESH_MS || (in_flight && age < 3 * SNAPSHOT_TTL_MS) {
+            return Ok(s.clone());
+        }
     }
-    match call_queue(env, sale, Method::Get, "/snapshot", None).await {
+    REFRESHING.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
+    let got = call_queue(env, sale, Method::Get, "/snapshot", None).await;
+    REFRESHING.with(|m| m.borrow_mut().remove(sale));
+    match got {
         Ok(v) => {
             let s: Snapshot = serde_json::from_value(v)
                 .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
@@ -492,6 +507,7 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             "waiting": s.placed.saturating_sub(s.frontier),
             "drawn": s.drawn,
             "admission_rate": s.rate,
+            "do_requests": s.do_requests,
         });
         body["draw"] = json!({
             "commitment": s.commitment,

@@ -19,7 +19,8 @@
 //! - sale settings come from the origin (at most one fetch a second); when it
 //!   fails the last stored settings stand.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -53,10 +54,17 @@ pub struct SaleQueue {
     env: Env,
     /// Last time the origin's summary was fetched (memory only: a cache).
     fetched_ms: Cell<u64>,
+    /// Write-through copy of the `meta` table. This object is the table's
+    /// only writer, so the copy cannot go stale; it is rebuilt from SQL
+    /// whenever the object starts.
+    meta: RefCell<HashMap<String, String>>,
+    /// Requests served since the object started (a statistic, memory only).
+    requests: Cell<u64>,
 }
 
 #[derive(Deserialize)]
-struct MetaRow {
+struct KvRow {
+    k: String,
     v: String,
 }
 
@@ -117,6 +125,12 @@ impl SaleQueue {
         ] {
             sql.exec(q, None).map_err(sql_err)?;
         }
+        let rows = sql
+            .exec("SELECT k, v FROM meta", None)
+            .map_err(sql_err)?
+            .to_array::<KvRow>()
+            .map_err(sql_err)?;
+        *self.meta.borrow_mut() = rows.into_iter().map(|r| (r.k, r.v)).collect();
         if self.meta("commitment").is_none() {
             let mut seed = [0u8; draw::SEED_BYTES];
             getrandom::fill(&mut seed)
@@ -131,14 +145,7 @@ impl SaleQueue {
     }
 
     fn meta(&self, k: &str) -> Option<String> {
-        self.sql()
-            .exec("SELECT v FROM meta WHERE k = ?", Some(vec![k.into()]))
-            .ok()?
-            .to_array::<MetaRow>()
-            .ok()?
-            .into_iter()
-            .next()
-            .map(|r| r.v)
+        self.meta.borrow().get(k).cloned()
     }
 
     fn meta_u64(&self, k: &str) -> Option<u64> {
@@ -150,11 +157,23 @@ impl SaleQueue {
     }
 
     fn set_meta(&self, k: &str, v: impl ToString) -> ApiResult<()> {
+        let v = v.to_string();
+        if self.meta.borrow().get(k) == Some(&v) {
+            return Ok(());
+        }
         self.exec(
             "INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
-            vec![k.into(), v.to_string().into()],
-        )
-        .map(|_| ())
+            vec![k.into(), v.as_str().into()],
+        )?;
+        self.meta.borrow_mut().insert(k.to_string(), v);
+        Ok(())
+    }
+
+    fn delete_meta(&self, k: &str) -> ApiResult<()> {
+        if self.meta.borrow_mut().remove(k).is_some() {
+            self.exec("DELETE FROM meta WHERE k = ?", vec![k.into()])?;
+        }
+        Ok(())
     }
 
     fn drawn(&self) -> bool {
@@ -233,9 +252,7 @@ impl SaleQueue {
         }
         match time("ends_at") {
             Some(e) => self.set_meta("ends_at_ms", e)?,
-            None => {
-                self.exec("DELETE FROM meta WHERE k = 'ends_at_ms'", vec![])?;
-            }
+            None => self.delete_meta("ends_at_ms")?,
         }
         let rate = v["admission_rate"]
             .as_f64()
@@ -368,7 +385,7 @@ impl SaleQueue {
             closed: self.meta("closed").as_deref() == Some("1"),
             commitment: self.meta("commitment").unwrap_or_default(),
             seed: if drawn { self.meta("seed") } else { None },
-            do_requests: self.meta_u64("do_requests").unwrap_or(0),
+            do_requests: self.requests.get(),
         })
     }
 
@@ -384,6 +401,27 @@ impl SaleQueue {
             .next())
     }
 
+    /// Signs a fresh ticket for `sub` carrying `seq` and `place`.
+    fn mint_ticket(
+        &self,
+        sale: &str,
+        sub: &str,
+        seq: u64,
+        place: Option<u64>,
+        now: u64,
+    ) -> ApiResult<(String, u64)> {
+        let ring = ring(&self.env, "ADMISSION_TOKEN_KEYS")?;
+        let claims = Claims::new(
+            TokenType::Ticket,
+            sub,
+            Some(sale.to_string()),
+            now / 1000,
+            TICKET_TTL_SECS,
+        )
+        .with_ticket(TicketData { seq, place });
+        Ok((ring.sign(&claims), claims.exp))
+    }
+
     /// The account's ticket: the stored one while it still says the right
     /// place and has long to live, else a fresh one (stored).
     fn ticket_for(&self, sale: &str, sub: &str, row: &EntryRow, now: u64) -> ApiResult<String> {
@@ -394,25 +432,13 @@ impl SaleQueue {
         {
             return Ok(t.clone());
         }
-        let ring = ring(&self.env, "ADMISSION_TOKEN_KEYS")?;
-        let claims = Claims::new(
-            TokenType::Ticket,
-            sub,
-            Some(sale.to_string()),
-            now / 1000,
-            TICKET_TTL_SECS,
-        )
-        .with_ticket(TicketData {
-            seq: row.seq as u64,
-            place,
-        });
-        let t = ring.sign(&claims);
+        let (t, exp) = self.mint_ticket(sale, sub, row.seq as u64, place, now)?;
         self.exec(
             "UPDATE entries SET ticket = ?, ticket_place = ?, ticket_exp = ? WHERE sub = ?",
             vec![
                 t.as_str().into(),
                 opt_u64(place),
-                (claims.exp as f64).into(),
+                (exp as f64).into(),
                 sub.into(),
             ],
         )?;
@@ -431,14 +457,19 @@ impl SaleQueue {
         } else {
             None
         };
+        let (ticket, exp) = self.mint_ticket(sale, sub, seq, place, now)?;
         self.exec(
-            "INSERT INTO entries (sub, seq, joined_ms, prequeue, place) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO entries (sub, seq, joined_ms, prequeue, place, ticket, ticket_place, ticket_exp)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             vec![
                 sub.into(),
                 (seq as f64).into(),
                 (now as f64).into(),
                 i64::from(!drawn).into(),
                 opt_u64(place),
+                ticket.as_str().into(),
+                opt_u64(place),
+                (exp as f64).into(),
             ],
         )?;
         self.set_meta("next_seq", seq + 1)?;
@@ -446,15 +477,7 @@ impl SaleQueue {
             Some(p) => self.set_meta("next_place", p + 1)?,
             None => self.set_meta("prequeue", self.meta_u64("prequeue").unwrap_or(0) + 1)?,
         }
-        let row = EntryRow {
-            seq: seq as f64,
-            place: place.map(|p| p as f64),
-            ticket: None,
-            ticket_place: None,
-            ticket_exp: None,
-        };
-        let t = self.ticket_for(sale, sub, &row, now)?;
-        Ok((t, place))
+        Ok((ticket, place))
     }
 
     fn draw_page(&self, url: &worker::Url) -> ApiResult<Value> {
@@ -501,7 +524,7 @@ impl SaleQueue {
             .flatten()
             .filter(|s| api::valid_id(s))
             .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
-        self.set_meta("do_requests", self.meta_u64("do_requests").unwrap_or(0) + 1)?;
+        self.requests.set(self.requests.get() + 1);
         if self.meta("sale").is_none() {
             self.set_meta("sale", &sale)?;
         }
@@ -562,6 +585,8 @@ impl DurableObject for SaleQueue {
             state,
             env,
             fetched_ms: Cell::new(0),
+            meta: RefCell::new(HashMap::new()),
+            requests: Cell::new(0),
         };
         if let Err(e) = q.init_schema() {
             worker::console_error!("sale queue schema: {}", e.message);

@@ -1,0 +1,104 @@
+# Sourced by scripts/test-edge and scripts/bench-edge: builds and starts a
+# private stack on free loopback ports — `origin serve` on a fresh Postgres
+# database and Redis key prefix, and `wrangler dev` from its own config
+# folder (own .dev.vars and Durable Object state) — and stops all of it on
+# exit. Exports EDGE_URL, ORIGIN_URL, ORIGIN_BIN, ORIGIN_PID, RUN_DIR, the
+# token keys and the origin's environment for the CLI.
+#
+#   ORIGIN_BIN=path   use this origin binary instead of building it
+#   EDGE_E2E_KEEP=1   keep the run folder (logs) under test-output/
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+wait_http() { # url seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "edge-stack: $1 did not answer within $2 s" >&2
+  return 1
+}
+
+echo "== ${STACK_NAME:-edge-stack}: building origin and edge"
+if [[ -z "${ORIGIN_BIN:-}" ]]; then
+  cargo build -q -p origin
+  target_dir="$(cargo metadata --format-version 1 --no-deps | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).target_directory))')"
+  ORIGIN_BIN="$target_dir/debug/origin"
+fi
+scripts/edge-build >/dev/null 2>&1 || scripts/edge-build
+
+run_id="$(date +%s)_$RANDOM"
+RUN_DIR="$ROOT/test-output/${STACK_NAME:-edge-stack}-$run_id"
+mkdir -p "$RUN_DIR"
+stack_pids=()
+stack_db="fs_edge_$run_id"
+stack_cleanup() {
+  local code=$?
+  local pid
+  for pid in "${stack_pids[@]}"; do
+    kill -CONT "$pid" 2>/dev/null || true
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${stack_pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  dropdb -h 127.0.0.1 -U postgres --if-exists "$stack_db" 2>/dev/null || true
+  if [[ $code != 0 ]]; then
+    echo "${STACK_NAME:-edge-stack}: failed; logs in $RUN_DIR" >&2
+    tail -n 30 "$RUN_DIR"/*.log >&2 || true
+  elif [[ "${EDGE_E2E_KEEP:-0}" != 1 ]]; then
+    rm -rf "$RUN_DIR"
+  fi
+  exit $code
+}
+trap stack_cleanup EXIT INT TERM
+
+key() { echo "$1:$(head -c 32 /dev/urandom | base64 -w0)"; }
+export USER_TOKEN_KEYS ADMISSION_TOKEN_KEYS PAYMENT_WEBHOOK_SECRET
+USER_TOKEN_KEYS="$(key "u$RANDOM")"
+ADMISSION_TOKEN_KEYS="$(key "a$RANDOM"),$(key "a$RANDOM")"
+PAYMENT_WEBHOOK_SECRET="$(head -c 24 /dev/urandom | base64 -w0)"
+export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$stack_db"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+export REDIS_KEY_PREFIX="fs_edge_$run_id"
+export ORIGIN_DEV_MODE=1
+ORIGIN_PORT="$(free_port)"
+EDGE_PORT="$(free_port)"
+INSPECTOR_PORT="$(free_port)"
+export ORIGIN_ADDR="127.0.0.1:$ORIGIN_PORT"
+
+createdb -h 127.0.0.1 -U postgres "$stack_db"
+"$ORIGIN_BIN" migrate >"$RUN_DIR/migrate.log" 2>&1
+"$ORIGIN_BIN" serve >"$RUN_DIR/origin.log" 2>&1 &
+stack_pids+=($!)
+ORIGIN_PID=$!
+
+EDGE_DIR="$RUN_DIR/edge"
+mkdir -p "$EDGE_DIR"
+sed -e "s#^main = \"#main = \"$ROOT/#" \
+    -e "s#^command = \"#command = \"$ROOT/#" \
+    -e "s#^watch_dir = \"#watch_dir = \"$ROOT/#" \
+    -e "s#^directory = \"#directory = \"$ROOT/#" \
+    -e "s#^ORIGIN_URL = .*#ORIGIN_URL = \"http://127.0.0.1:$ORIGIN_PORT\"#" \
+    wrangler.toml >"$EDGE_DIR/wrangler.toml"
+{
+  echo "USER_TOKEN_KEYS=$USER_TOKEN_KEYS"
+  echo "ADMISSION_TOKEN_KEYS=$ADMISSION_TOKEN_KEYS"
+  echo "DEV_MODE=${EDGE_DEV_MODE:-0}"
+} >"$EDGE_DIR/.dev.vars"
+(cd "$EDGE_DIR" && EDGE_SKIP_BUILD=1 exec wrangler dev --config "$EDGE_DIR/wrangler.toml" \
+  --port "$EDGE_PORT" --ip 127.0.0.1 --inspector-port "$INSPECTOR_PORT" \
+  --persist-to "$EDGE_DIR/state" --show-interactive-dev-session=false \
+  --log-level warn >"$RUN_DIR/wrangler.log" 2>&1) &
+stack_pids+=($!)
+
+wait_http "http://127.0.0.1:$ORIGIN_PORT/healthz" 30
+wait_http "http://127.0.0.1:$EDGE_PORT/api/health" 90
+
+export EDGE_URL="http://127.0.0.1:$EDGE_PORT"
+export ORIGIN_URL="http://127.0.0.1:$ORIGIN_PORT"
+export ORIGIN_BIN ORIGIN_PID RUN_DIR
+echo "== ${STACK_NAME:-edge-stack}: origin $ORIGIN_URL, edge $EDGE_URL, run $run_id"
