@@ -40,6 +40,9 @@ pub enum Command {
         #[arg(long)]
         sale: String,
     },
+    /// The dev payment provider (local runs and tests).
+    #[command(subcommand)]
+    Pay(PayCommand),
     /// Sale administration.
     #[command(subcommand)]
     Sale(SaleCommand),
@@ -59,6 +62,9 @@ pub struct ServeArgs {
     /// Do not run the reconciler in this process.
     #[arg(long)]
     pub no_reconcile: bool,
+    /// Do not run the outbox relay in this process.
+    #[arg(long)]
+    pub no_relay: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,6 +112,24 @@ pub struct CreateArgs {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum PayCommand {
+    /// Signs and posts a provider webhook for a payment, like a real provider.
+    Simulate {
+        #[arg(long)]
+        payment: String,
+        /// `succeeded` or `failed`.
+        #[arg(long, default_value = "succeeded")]
+        outcome: String,
+        /// Amount the provider reports (default: looked up in Postgres).
+        #[arg(long)]
+        amount_cents: Option<i64>,
+        /// The origin to post to.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        origin: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum TokenCommand {
     /// A `user` token signed with USER_TOKEN_KEYS.
     User {
@@ -135,6 +159,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 settle: !args.no_settle,
                 sweep: !args.no_sweep,
                 reconcile: !args.no_reconcile,
+                relay: !args.no_relay,
             };
             let app = Application::build(settings, workers).await?;
             app.run_until_stopped(startup::stop_on_signals()).await
@@ -183,6 +208,48 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "{}",
                 serde_json::json!({"sale": sale, "rebuilt_shards": rebuilt})
             );
+            Ok(())
+        }
+        Command::Pay(PayCommand::Simulate {
+            payment,
+            outcome,
+            amount_cents,
+            origin,
+        }) => {
+            anyhow::ensure!(
+                outcome == "succeeded" || outcome == "failed",
+                "--outcome is succeeded or failed"
+            );
+            let secret = std::env::var("PAYMENT_WEBHOOK_SECRET")
+                .context("PAYMENT_WEBHOOK_SECRET is not set")?;
+            let secret = secret
+                .split(',')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            let amount = match amount_cents {
+                Some(a) => a,
+                None => {
+                    let pool = startup::pg_pool(&configuration::database_url())?;
+                    sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
+                        .bind(&payment)
+                        .fetch_optional(&pool)
+                        .await?
+                        .with_context(|| format!("no payment {payment:?}"))?
+                }
+            };
+            let event = serde_json::json!({
+                "id": format!("evt_sim_{}", uuid::Uuid::new_v4().simple()),
+                "type": format!("payment.{outcome}"),
+                "data": {"payment_id": payment, "amount_cents": amount},
+            });
+            let res =
+                crate::payments::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
+                    .await?;
+            let status = res.status();
+            println!("{status} {}", res.text().await.unwrap_or_default());
+            anyhow::ensure!(status.is_success(), "the origin refused the webhook");
             Ok(())
         }
         Command::Migrate => {

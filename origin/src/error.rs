@@ -16,6 +16,8 @@ pub enum ApiError {
     TokenMissing,
     #[error("{0}")]
     Token(TokenError),
+    #[error("{message}")]
+    Unauthorized { code: &'static str, message: String },
     #[error("{0}")]
     Forbidden(&'static str),
     #[error("{message}")]
@@ -47,7 +49,7 @@ impl ApiError {
         match self {
             ApiError::TokenMissing => StatusCode::UNAUTHORIZED,
             ApiError::Token(TokenError::WrongSale) => StatusCode::FORBIDDEN,
-            ApiError::Token(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Token(_) | ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
@@ -65,7 +67,8 @@ impl ApiError {
             ApiError::TokenMissing => "token_missing",
             ApiError::Token(e) => e.code(),
             ApiError::Forbidden(_) => "forbidden",
-            ApiError::NotFound { code, .. }
+            ApiError::Unauthorized { code, .. }
+            | ApiError::NotFound { code, .. }
             | ApiError::BadRequest { code, .. }
             | ApiError::Unprocessable { code, .. }
             | ApiError::Conflict { code, .. }

@@ -6,6 +6,8 @@ pub mod auth;
 pub mod cli;
 pub mod configuration;
 pub mod error;
+pub mod outbox;
+pub mod payments;
 pub mod reconcile;
 pub mod reservations;
 pub mod routes;

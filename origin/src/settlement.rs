@@ -432,7 +432,7 @@ impl Settler {
             if stop.is_cancelled() {
                 return;
             }
-            if listed.elapsed() > Duration::from_secs(2) {
+            if listed.elapsed() >= Duration::from_secs(1) {
                 match self.sales.active().await {
                     Ok(list) => {
                         for sale in &list {

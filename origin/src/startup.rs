@@ -19,7 +19,7 @@ use crate::reservations::Engine;
 use crate::sales::SaleRegistry;
 use crate::settlement::{SettleConfig, Settler};
 use crate::store::{self, Scripts};
-use crate::{reconcile, routes, sweep, telemetry};
+use crate::{outbox, reconcile, routes, sweep, telemetry};
 
 /// Shared by every request handler.
 #[derive(Clone)]
@@ -35,6 +35,8 @@ pub struct Inner {
     pub summaries: Mutex<HashMap<String, (Instant, serde_json::Value)>>,
     pub metrics: PrometheusHandle,
     pub settings: Settings,
+    /// The port `serve` is bound to (the dev payment provider posts to it).
+    pub bound_port: std::sync::OnceLock<u16>,
 }
 
 impl std::ops::Deref for AppState {
@@ -45,6 +47,11 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    /// The HTTP port, once bound.
+    pub fn port(&self) -> u16 {
+        self.bound_port.get().copied().unwrap_or(0)
+    }
+
     /// Connects to Postgres (and migrates) and Redis; binds nothing (the
     /// worker-only subcommands use this too).
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
@@ -68,6 +75,7 @@ impl AppState {
             summaries: Mutex::new(HashMap::new()),
             metrics: telemetry::metrics_handle(),
             settings,
+            bound_port: std::sync::OnceLock::new(),
         })))
     }
 
@@ -100,6 +108,8 @@ pub struct Workers {
     pub settle: bool,
     pub sweep: bool,
     pub reconcile: bool,
+    /// The outbox relay.
+    pub relay: bool,
 }
 
 impl Workers {
@@ -107,11 +117,13 @@ impl Workers {
         settle: true,
         sweep: true,
         reconcile: true,
+        relay: true,
     };
     pub const NONE: Workers = Workers {
         settle: false,
         sweep: false,
         reconcile: false,
+        relay: false,
     };
 }
 
@@ -149,6 +161,7 @@ impl Application {
             .await
             .with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
+        let _ = state.bound_port.set(port);
         Ok(Application {
             port,
             listener,
@@ -179,6 +192,13 @@ impl Application {
         }
         if self.workers.settle {
             tasks.spawn(state.settler().run(stop.clone()));
+        }
+        if self.workers.relay {
+            tasks.spawn(outbox::run(
+                state.pool.clone(),
+                outbox::RedisStreamSink::new(state.engine.conn.clone(), &state.settings.key_prefix),
+                stop.clone(),
+            ));
         }
         if self.workers.reconcile {
             tasks.spawn(reconcile::run(

@@ -156,6 +156,7 @@ pub struct Scripts {
     pub sweep: Script,
     pub reconcile: Script,
     pub rebuild: Script,
+    pub confirm: Script,
 }
 
 const LIB: &str = include_str!("../../lua/_lib.lua");
@@ -175,6 +176,7 @@ impl Scripts {
             sweep: with_lib(include_str!("../../lua/sweep.lua")),
             reconcile: Script::new(include_str!("../../lua/reconcile.lua")),
             rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
+            confirm: Script::new(include_str!("../../lua/confirm.lua")),
         }
     }
 }

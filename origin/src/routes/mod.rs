@@ -1,7 +1,8 @@
 //! HTTP routes. `router(state)` is the whole API surface of the origin.
 
 mod health;
-mod reservations;
+mod payments;
+pub(crate) mod reservations;
 mod sales;
 
 use axum::Router;
@@ -20,6 +21,12 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/reservations/{id}",
             get(reservations::show).delete(reservations::cancel),
+        )
+        .route("/api/reservations/{id}/purchase", post(payments::purchase))
+        .route("/webhooks/payments", post(payments::webhook))
+        .route(
+            "/api/dev/payments/{id}/complete",
+            post(payments::dev_complete),
         )
         .fallback(health::not_found)
         .with_state(state)

@@ -202,25 +202,29 @@ async fn create_inner(
 
 /// A reservation as Postgres records it.
 #[derive(sqlx::FromRow)]
-struct Row {
-    account: String,
-    qty: i32,
-    status: String,
-    expires_at: DateTime<Utc>,
+pub(crate) struct Row {
+    pub account: String,
+    pub qty: i32,
+    pub status: String,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// What is known of reservation `id`, for its owner only.
-struct Found {
-    sale: std::sync::Arc<Sale>,
+pub(crate) struct Found {
+    pub sale: std::sync::Arc<Sale>,
     /// The live hold in Redis: (shard, record).
-    live: Option<(usize, HoldRecord)>,
+    pub live: Option<(usize, HoldRecord)>,
     /// The row in Postgres (once settled).
-    row: Option<Row>,
+    pub row: Option<Row>,
 }
 
 /// Looks the reservation up in Redis and Postgres and checks that the
 /// caller's token is its account's (403 otherwise; 404 when unknown).
-async fn find_owned(app: &AppState, id: &str, headers: &HeaderMap) -> Result<Found, ApiError> {
+pub(crate) async fn find_owned(
+    app: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+) -> Result<Found, ApiError> {
     let not_found = || ApiError::not_found("reservation_not_found", "no such reservation");
     let rid = ReservationId::parse(id).ok_or_else(not_found)?;
     let sale = app.sales.get(rid.sale).await?.ok_or_else(not_found)?;

@@ -1,0 +1,257 @@
+//! Purchase, the payment provider's webhook, and the dev provider's
+//! "complete this payment" endpoint (dev mode only).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::payments::{self, Applied, ApplyError, Event, PaymentProvider};
+use crate::routes::reservations::find_owned;
+use crate::startup::AppState;
+
+#[derive(sqlx::FromRow)]
+struct Payment {
+    id: String,
+    amount_cents: i64,
+    status: String,
+}
+
+fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
+    json!({
+        "payment_id": p.id,
+        "amount_cents": p.amount_cents,
+        "status": p.status,
+        "provider": provider.name(),
+        "checkout_url": provider.checkout_url(&p.id),
+    })
+}
+
+pub async fn purchase(
+    State(app): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let mut f = find_owned(&app, &id, &headers).await?;
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .filter(|k| (1..=200).contains(&k.len()) && k.bytes().all(|b| b.is_ascii_graphic()))
+                .map(str::to_string)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "idempotency_key_invalid",
+                        "Idempotency-Key must be 1-200 visible ASCII characters",
+                    )
+                })
+        })
+        .transpose()?;
+    // A hold that is not yet in Postgres settles within milliseconds.
+    for _ in 0..40 {
+        if f.row.is_some() || f.live.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        f = find_owned(&app, &id, &headers).await?;
+    }
+    let row = f.row.ok_or_else(|| ApiError::Unavailable {
+        code: "reservation_settling",
+        message: "the reservation is being recorded; retry shortly".into(),
+        retry_after: 1,
+    })?;
+    let provider = payments::DevProvider;
+    let mut tx = app.pool.begin().await?;
+    if let Some(k) = &key {
+        let existing: Option<Payment> = sqlx::query_as(
+            "SELECT id, amount_cents, status FROM payments WHERE account = $1 AND idempotency_key = $2",
+        )
+        .bind(&row.account)
+        .bind(k)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(p) = existing {
+            return Ok((StatusCode::OK, Json(payment_body(&p, &provider))).into_response());
+        }
+    }
+    // The row lock makes concurrent purchases of one reservation take turns.
+    let (status, expires_at, qty): (String, DateTime<Utc>, i32) =
+        sqlx::query_as("SELECT status, expires_at, qty FROM reservations WHERE id = $1 FOR UPDATE")
+            .bind(&id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if !matches!(status.as_str(), "settled" | "pending_payment" | "paid") {
+        return Err(ApiError::conflict(
+            "reservation_not_payable",
+            format!("the reservation is {status}"),
+        ));
+    }
+    // A purchase already under way (or done) is the answer to a repeat.
+    let open: Option<Payment> = sqlx::query_as(
+        "SELECT id, amount_cents, status FROM payments WHERE reservation_id = $1 AND status IN ('pending', 'succeeded')",
+    )
+    .bind(&id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(p) = open {
+        return Ok((StatusCode::OK, Json(payment_body(&p, &provider))).into_response());
+    }
+    if expires_at <= Utc::now() || f.live.is_none() {
+        return Err(ApiError::Gone {
+            code: "reservation_expired",
+            message: "the hold has expired; the unit is back on sale".into(),
+        });
+    }
+    let payment = Payment {
+        id: format!("pay_{}", uuid::Uuid::now_v7().simple()),
+        amount_cents: i64::from(qty) * f.sale.config.price_cents,
+        status: "pending".into(),
+    };
+    sqlx::query(
+        "INSERT INTO payments (id, reservation_id, sale_id, account, amount_cents, status, idempotency_key)
+         VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
+    )
+    .bind(&payment.id)
+    .bind(&id)
+    .bind(&f.sale.config.id)
+    .bind(&row.account)
+    .bind(payment.amount_cents)
+    .bind(&key)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE reservations SET status = 'pending_payment' WHERE id = $1 AND status IN ('settled', 'pending_payment')")
+        .bind(&id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(payment_body(&payment, &provider))).into_response())
+}
+
+fn secrets(app: &AppState) -> Vec<String> {
+    app.settings
+        .payment_webhook_secret
+        .as_deref()
+        .map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub async fn webhook(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let secrets = secrets(&app);
+    if secrets.is_empty() {
+        return Err(ApiError::unavailable(
+            "webhook_not_configured",
+            "PAYMENT_WEBHOOK_SECRET is not set",
+        ));
+    }
+    let header = headers
+        .get("payment-signature")
+        .and_then(|v| v.to_str().ok());
+    payments::verify_webhook(&secrets, header, &body, crate::auth::now_secs()).map_err(|e| {
+        ApiError::Unauthorized {
+            code: e.code(),
+            message: e.to_string(),
+        }
+    })?;
+    let event: Event = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request("malformed_event", format!("not a payment event: {e}"))
+    })?;
+    let sales = app.sales.clone();
+    let applied = payments::apply_event(
+        &app.pool,
+        &app.engine,
+        async move |id: &str| sales.get(id).await.ok().flatten(),
+        &event,
+    )
+    .await
+    .map_err(|e| match e {
+        ApplyError::UnknownType(_) => ApiError::unprocessable("unknown_event_type", e.to_string()),
+        ApplyError::UnknownPayment(_) => ApiError::unprocessable("unknown_payment", e.to_string()),
+        ApplyError::AmountMismatch { .. } => {
+            ApiError::unprocessable("amount_mismatch", e.to_string())
+        }
+        ApplyError::Db(d) => d.into(),
+        ApplyError::Redis(r) => r.into(),
+    })?;
+    if applied == Applied::Paid || applied == Applied::RefundRequired {
+        app.summaries.lock().await.clear();
+    }
+    Ok(Json(json!({"received": true, "result": applied})))
+}
+
+#[derive(Deserialize)]
+pub struct Complete {
+    #[serde(default = "succeeded")]
+    outcome: String,
+}
+
+fn succeeded() -> String {
+    "succeeded".into()
+}
+
+/// Dev provider: completes a payment by posting a signed webhook to this
+/// origin over HTTP, as a real provider would. Exists only in dev mode.
+pub async fn dev_complete(
+    State(app): State<AppState>,
+    Path(payment_id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    if !app.settings.dev_mode {
+        return Err(ApiError::not_found("not_found", "no such endpoint"));
+    }
+    let c: Complete = if body.is_empty() {
+        Complete {
+            outcome: succeeded(),
+        }
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|_| ApiError::bad_request("malformed_json", "the body is not valid JSON"))?
+    };
+    if !matches!(c.outcome.as_str(), "succeeded" | "failed") {
+        return Err(ApiError::unprocessable(
+            "invalid_outcome",
+            "outcome is succeeded or failed",
+        ));
+    }
+    let amount: i64 = sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
+        .bind(&payment_id)
+        .fetch_optional(&app.pool)
+        .await?
+        .ok_or_else(|| ApiError::not_found("payment_not_found", "no such payment"))?;
+    let secret = secrets(&app).into_iter().next().ok_or_else(|| {
+        ApiError::unavailable(
+            "webhook_not_configured",
+            "PAYMENT_WEBHOOK_SECRET is not set",
+        )
+    })?;
+    let event = json!({
+        "id": format!("evt_dev_{}", uuid::Uuid::new_v4().simple()),
+        "type": format!("payment.{}", c.outcome),
+        "data": {"payment_id": payment_id, "amount_cents": amount},
+    });
+    let origin = format!("http://127.0.0.1:{}", app.port());
+    let res = payments::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    let status = res.status().as_u16();
+    let answer: Value = res.json().await.unwrap_or(Value::Null);
+    Ok(Json(
+        json!({"webhook_status": status, "webhook_answer": answer}),
+    ))
+}
