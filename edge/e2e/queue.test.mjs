@@ -13,7 +13,7 @@ import {
 
 const SALE = `e2e-q-${rid()}`;
 const N = 500;
-const RATE = 40;
+const RATE = 20;
 const LEAD_MS = 30_000;
 const accounts = Array.from({ length: N }, (_, i) => `pq-${String(i).padStart(3, '0')}-${rid()}`);
 const users = new Map(accounts.map((a) => [a, userToken(a)]));

@@ -30,6 +30,10 @@ pub enum Route {
     ReservationPurchase(String),
     /// The queue page for a sale (HTML from the static assets).
     Page(String),
+    /// Dev mode only: mint a `user` token for a typed name.
+    DevToken,
+    /// Dev mode only: complete a payment with the origin's dev provider.
+    DevPayment(String),
     MethodNotAllowed,
     NotFound,
 }
@@ -100,6 +104,8 @@ pub fn route(method: &str, path: &str) -> Route {
         },
         ["api", "reservations", r, "purchase"] => want("POST", rid(r, Route::ReservationPurchase)),
         ["sales", s] => want("GET", id(s, Route::Page)),
+        ["api", "dev", "token"] => want("POST", Route::DevToken),
+        ["api", "dev", "payments", p, "complete"] => want("POST", rid(p, Route::DevPayment)),
         _ => Route::NotFound,
     }
 }
@@ -232,6 +238,11 @@ mod tests {
         assert_eq!(
             route("GET", &format!("/api/reservations/{id}")),
             Route::ReservationGet(id.into())
+        );
+        assert_eq!(route("POST", "/api/dev/token"), Route::DevToken);
+        assert_eq!(
+            route("POST", &format!("/api/dev/payments/{id}/complete")),
+            Route::DevPayment(id.into())
         );
         assert_eq!(route("PUT", "/api/sales/d/queue"), Route::MethodNotAllowed);
         assert_eq!(

@@ -145,7 +145,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     let out = match api::route(&method, &path) {
         Route::Health => json_response(
             200,
-            &json!({"ok": true, "service": "edge", "time_ms": now_ms()}),
+            &json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(&env)}),
             "no-store",
         )
         .map_err(internal),
@@ -177,6 +177,11 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             .await
         }
         Route::Page(_) => page(&env).await,
+        Route::DevToken if dev_mode(&env) => dev_token(&env, req).await,
+        Route::DevPayment(id) if dev_mode(&env) => {
+            forward(&env, req, Method::Post, &format!("/api/dev/payments/{id}/complete")).await
+        }
+        Route::DevToken | Route::DevPayment(_) => Err(ApiError::not_found()),
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
         Route::NotFound => Err(ApiError::not_found()),
     };
@@ -186,19 +191,64 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
     }
 }
 
+/// `DEV_MODE=1` (local runs only): the page may mint user tokens and
+/// complete payments with the origin's dev provider.
+fn dev_mode(env: &Env) -> bool {
+    env.var("DEV_MODE")
+        .map(|v| v.to_string())
+        .or_else(|_| env.secret("DEV_MODE").map(|v| v.to_string()))
+        .is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// The queue page (one HTML file for every sale; the script reads the sale
+/// from the path). HTML is short-cached, its hashed assets long-cached.
 async fn page(env: &Env) -> ApiResult<Response> {
     let assets = env.assets("ASSETS").map_err(internal)?;
     let mut r = assets
-        .fetch("https://assets.local/sale.html", None)
+        .fetch("https://assets.local/sale", None)
         .await
         .map_err(internal)?;
-    if r.status_code() != 200 {
-        r = assets
-            .fetch("https://assets.local/index.html", None)
-            .await
-            .map_err(internal)?;
+    let status = r.status_code();
+    let body = r.bytes().await.map_err(internal)?;
+    let h = Headers::new();
+    h.set("content-type", "text/html; charset=utf-8")
+        .map_err(internal)?;
+    h.set("cache-control", "public, max-age=30")
+        .map_err(internal)?;
+    Ok(Response::from_bytes(body)
+        .map_err(internal)?
+        .with_status(status)
+        .with_headers(h))
+}
+
+#[derive(Deserialize)]
+struct DevTokenBody {
+    name: String,
+}
+
+/// Dev mode only: a `user` token for a typed name (the shop's login in
+/// production).
+async fn dev_token(env: &Env, mut req: Request) -> ApiResult<Response> {
+    let body: DevTokenBody = req
+        .json()
+        .await
+        .map_err(|_| ApiError::new(400, "malformed_json", "body must be {\"name\": \"...\"}"))?;
+    let name = body.name.trim();
+    if !api::valid_id(name) {
+        return Err(ApiError::new(
+            422,
+            "invalid_name",
+            "name: 1-64 letters, digits, - or _",
+        ));
     }
-    Ok(r)
+    let ring = ring(env, "USER_TOKEN_KEYS")?;
+    let claims = Claims::new(TokenType::User, name, None, now_ms() / 1000, 12 * 3600);
+    json_response(
+        200,
+        &json!({"user_token": ring.sign(&claims), "sub": name, "exp": claims.exp}),
+        "no-store",
+    )
+    .map_err(internal)
 }
 
 // ---------------------------------------------------------------- the queue

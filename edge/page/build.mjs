@@ -1,0 +1,45 @@
+// Builds the queue page into edge/public/ (the Worker's static assets):
+// content-hashed app.<hash>.js / app.<hash>.css (long-cached, immutable)
+// and sale.html referring to them (short-cached). Run after editing
+// edge/page/: `node edge/page/build.mjs`; `--check` fails if edge/public
+// is not what the sources build to (the e2e tests run it).
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync, readdirSync, rmSync, mkdirSync, existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const pub = join(here, '..', 'public');
+const assets = join(pub, 'assets');
+const check = process.argv.includes('--check');
+
+const out = new Map();
+let html = readFileSync(join(here, 'sale.html'), 'utf8');
+for (const name of ['app.js', 'app.css']) {
+  const body = readFileSync(join(here, name));
+  const hash = createHash('sha256').update(body).digest('hex').slice(0, 10);
+  const [base, ext] = name.split('.');
+  const hashed = `${base}.${hash}.${ext}`;
+  out.set(join(assets, hashed), body);
+  html = html.replace(`{{${name}}}`, hashed);
+}
+out.set(join(pub, 'sale.html'), Buffer.from(html));
+out.set(join(pub, '_headers'), Buffer.from(
+  '/assets/*\n  Cache-Control: public, max-age=31536000, immutable\n/*.html\n  Cache-Control: public, max-age=30\n/\n  Cache-Control: public, max-age=30\n',
+));
+
+const stale = existsSync(assets) ? readdirSync(assets).map((f) => join(assets, f)).filter((f) => !out.has(f)) : [];
+if (check) {
+  const bad = [...out].filter(([f, b]) => !existsSync(f) || !readFileSync(f).equals(b)).map(([f]) => f);
+  if (bad.length || stale.length) {
+    console.error(`edge/public is out of date (${[...bad, ...stale].join(', ')}): run node edge/page/build.mjs`);
+    process.exit(1);
+  }
+  console.log('edge/public is up to date');
+} else {
+  mkdirSync(assets, { recursive: true });
+  for (const f of stale) rmSync(f);
+  for (const [f, b] of out) writeFileSync(f, b);
+  const total = [...out].reduce((n, [, b]) => n + b.length, 0);
+  console.log(`built the queue page into edge/public (${total} bytes before gzip)`);
+}
