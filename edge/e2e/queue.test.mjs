@@ -279,3 +279,20 @@ test('forged, altered, expired, cross-sale and missing admit tokens are refused 
   assert.equal(st.body.error.code, 'token_bad_signature');
   assert.equal(await reservationRequests(), before, 'none of these reached the origin');
 });
+
+test('status polls do not reach the queue object in steady state (frontier cached ≤ 1 s)', async () => {
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  const before = await doRequests();
+  const t0 = Date.now();
+  const statuses = await pool(Array.from({ length: 400 }, (_, i) => accounts[i % N]), 8, async (a) => {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(a).ticket });
+    assert.equal(r.status, 200);
+    return r.body.status;
+  });
+  await sleep(1100);
+  const calls = (await doRequests()) - before;
+  const seconds = (Date.now() - t0) / 1000;
+  assert.ok(statuses.every((s) => ['waiting', 'admitted', 'closed'].includes(s)));
+  // At most one snapshot refresh per second (plus the summary reads), not one per poll.
+  assert.ok(calls <= Math.ceil(seconds * 1.25) + 3, `${calls} object calls for 400 polls in ${seconds} s`);
+});

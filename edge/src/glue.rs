@@ -35,7 +35,7 @@ use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status};
 const SNAPSHOT_TTL_MS: u64 = 1_000;
 /// From this age on, one request refreshes the snapshot while the others
 /// keep using the cached one (single flight: no herd on the object).
-const SNAPSHOT_REFRESH_MS: u64 = 700;
+const SNAPSHOT_REFRESH_MS: u64 = 900;
 /// How long a stale snapshot may stand in when the object cannot answer.
 const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// How long the sold-out flag stands before it is rechecked.
@@ -310,7 +310,7 @@ fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
     s
 }
 
-/// The queue snapshot from isolate memory: fresh for 1 s; from 0.7 s on a
+/// The queue snapshot from isolate memory: fresh for 0.9 s; from then on a
 /// single request refreshes it from the object while the others go on
 /// using the cached one (at most 1 s plus one object round trip old).
 async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
