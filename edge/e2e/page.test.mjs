@@ -55,6 +55,9 @@ test('the queue page: pre-queue, position, admitted, reserve, pay, paid; sold ou
         page.on('console', (m) => { if (m.type() === 'error') problems.push(`${who} console: ${m.text()}`); });
         page.on('pageerror', (e) => problems.push(`${who} page error: ${e.message}`));
         page.on('requestfailed', (r) => problems.push(`${who} request failed: ${r.url()}`));
+        page.on('request', (r) => {
+          if (!r.url().startsWith(EDGE) && !r.url().startsWith('data:')) problems.push(`${who} external request: ${r.url()}`);
+        });
         page.on('response', async (r) => {
           const u = new URL(r.url());
           if (u.origin === EDGE && !u.pathname.startsWith('/api/') && r.status() === 200) {
@@ -107,7 +110,14 @@ test('the queue page: pre-queue, position, admitted, reserve, pay, paid; sold ou
     } finally {
       await browser.close();
     }
-    assert.deepEqual(problems, [], 'no console errors or failed requests');
+    assert.deepEqual(problems, [], 'no console errors, failed or external requests');
+    // HTML short-cached, hashed assets cached for good.
+    const html = await fetch(`${EDGE}/sales/${SALE}`);
+    assert.match(html.headers.get('cache-control'), /max-age=30\b/);
+    const js = [...bytes.keys()].find((p) => /^\/assets\/app\.[0-9a-f]{10}\.js$/.test(p));
+    assert.ok(js, `hashed script among ${[...bytes.keys()]}`);
+    const asset = await fetch(`${EDGE}${js}`);
+    assert.match(asset.headers.get('cache-control'), /immutable/);
     const total = [...bytes.values()].reduce((x, y) => x + y, 0);
     assert.ok(bytes.size >= 3, `html, js and css were loaded: ${[...bytes.keys()]}`);
     assert.ok(total < 50 * 1024, `page weight ${total} bytes`);

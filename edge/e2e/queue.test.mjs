@@ -52,6 +52,31 @@ test('health, static page and JSON errors', async () => {
   assert.equal(badId.status, 404);
 });
 
+test('hostile input gets the documented JSON error, never a crash', async () => {
+  const user = userToken(`hostile-${rid()}`);
+  const cases = [
+    ['GET', '/api/sales/%00%ff/queue', {}],
+    ['GET', '/api/sales/a..b', {}],
+    ['POST', '/api/sales/x/queue', { token: 'v1.a.b.c' }],
+    ['POST', '/api/sales/x/queue', { token: 'v1..x.' }],
+    ['POST', '/api/sales/x/queue', { token: `${'v1.'.repeat(3000)}` }],
+    ['POST', '/api/sales/x/queue', { token: user, body: '{"sub":' }],
+    ['GET', '/api/sales/x/queue', { token: user }],
+    ['POST', '/api/sales/x/reservations', { token: user, body: { qty: -1 } }],
+    ['GET', '/api/reservations/../../metrics', { token: user }],
+    ['DELETE', '/api/reservations/x.0.zz', { token: 'Bearer Bearer' }],
+    ['POST', '/api/dev/payments/x/complete', {}],
+    ['GET', `/api/sales/x/draw?from=-5&limit=1e99`, {}],
+  ];
+  for (const [method, path, opts] of cases) {
+    const r = await call(method, `${EDGE}${path}`, opts);
+    assert.ok(r.status >= 400 && r.status < 500, `${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+    assert.equal(typeof r.body.error?.code, 'string', `${method} ${path}`);
+  }
+  const h = await call('GET', `${EDGE}/api/health`);
+  assert.equal(h.status, 200, 'still serving');
+});
+
 test(`${N} accounts join before the start: pre-queue, no position, one ticket each`, async () => {
   startsAtMs = Date.now() + LEAD_MS;
   createSale({
@@ -138,6 +163,10 @@ test('after the start the pre-queue places are a verifiable random permutation o
   // The audit list is sorted by draw value.
   const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw?limit=5000`);
   assert.equal(audit.status, 200);
+  // Drawn by the object's alarm at the start, not by the first poll
+  // (which came 1.5 s later).
+  assert.ok(Math.abs(audit.body.drawn_at_ms - startsAtMs) < 1000,
+    `drawn ${audit.body.drawn_at_ms - startsAtMs} ms after the start`);
   assert.equal(audit.body.entries.length, N);
   for (let i = 1; i < N; i++) assert.ok(audit.body.entries[i - 1].key < audit.body.entries[i].key);
 
