@@ -450,7 +450,18 @@ fn urlencode(s: &str) -> String {
     js_sys::encode_uri_component(s).into()
 }
 
+/// Unknown sales are refused before a queue object is created for them
+/// (the answer, positive or negative, is cached for a second).
+async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
+    match origin_summary(env, sale).await {
+        Err(e) if e.code == "sale_not_found" => Err(e),
+        // Origin down: the object keeps serving known sales from its storage.
+        _ => Ok(()),
+    }
+}
+
 async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    ensure_sale_exists(env, sale).await?;
     let url = req.url().map_err(internal)?;
     let path = match url.query() {
         Some(q) => format!("/draw?{q}"),
