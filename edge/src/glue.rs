@@ -453,6 +453,16 @@ fn urlencode(s: &str) -> String {
 /// Unknown sales are refused before a queue object is created for them
 /// (the answer, positive or negative, is cached for a second).
 async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
+    // Sales do not disappear: a summary seen in the last minute is enough.
+    let now = now_ms();
+    let seen = STALE_SUMMARY.with(|m| {
+        m.borrow()
+            .get(sale)
+            .is_some_and(|(at, _)| now.saturating_sub(*at) < 60_000)
+    });
+    if seen {
+        return Ok(());
+    }
     match origin_summary(env, sale).await {
         Err(e) if e.code == "sale_not_found" => Err(e),
         // Origin down: the object keeps serving known sales from its storage.
