@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
-import { EDGE, createSale, rid } from './lib.mjs';
+import { EDGE, call, createSale, rid, userToken } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const OUT = process.env.SCREENSHOT_DIR || join(process.cwd(), 'test-output', 'edge-page');
@@ -121,4 +121,57 @@ test('the queue page: pre-queue, position, admitted, reserve, pay, paid; sold ou
     const total = [...bytes.values()].reduce((x, y) => x + y, 0);
     assert.ok(bytes.size >= 3, `html, js and css were loaded: ${[...bytes.keys()]}`);
     assert.ok(total < 50 * 1024, `page weight ${total} bytes`);
+  });
+
+test('inventory-capped admission keeps the second person waiting; the page polls at the advised pace and not while hidden',
+  { skip: !existsSync(CHROMIUM) && `${CHROMIUM} missing (scripts/setup installs it)` }, async () => {
+    // One unit and k = 1: the first person is admitted, the second waits
+    // (for one admission window) with ~1 s polls: a steady, real state.
+    const SALE = `e2e-hide-${rid()}`;
+    const NAME = 'Hidden tab test';
+    createSale({
+      sale: SALE, name: NAME, units: 1, 'per-user-limit': 1, shards: 1,
+      'starts-at': 'now', 'admission-rate': 10, 'admission-factor': 1,
+    });
+    const first = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(`first-${rid()}`) });
+    assert.equal(first.body.place, 1);
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    try {
+      const page = await (await browser.newContext({ viewport: { width: 360, height: 780 } })).newPage();
+      page.saleId = SALE;
+      page.saleName = NAME;
+      const polls = [];
+      page.on('request', (r) => {
+        if (r.method() === 'GET' && r.url().endsWith(`/api/sales/${SALE}/queue`)) polls.push(Date.now());
+      });
+      await signIn(page, `carol-${rid()}`);
+      await waitText(page, 'Your place in line: 2', 20_000);
+      const count = (from, to) => polls.filter((t) => t >= from && t < to).length;
+      let t0 = Date.now();
+      await new Promise((r) => setTimeout(r, 4000));
+      const visible = count(t0, Date.now());
+      assert.ok(visible >= 2 && visible <= 6, `~1 s polls while visible: ${visible} in 4 s`);
+      await page.evaluate(() => {
+        Object.defineProperty(document, 'hidden', { value: true, configurable: true });
+        Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+        document.dispatchEvent(new Event('visibilitychange'));
+      });
+      await new Promise((r) => setTimeout(r, 1500)); // a poll already due may still go out
+      t0 = Date.now();
+      await new Promise((r) => setTimeout(r, 4000));
+      assert.equal(count(t0, Date.now()), 0, 'no polls while hidden');
+      const shown = Date.now();
+      await page.evaluate(() => {
+        delete document.hidden;
+        delete document.visibilityState;
+        document.dispatchEvent(new Event('visibilitychange'));
+      });
+      await new Promise((r) => setTimeout(r, 2500));
+      assert.ok(count(shown, Date.now()) >= 1, 'polling resumes when the tab is shown');
+      // Still waiting ~10 s later although the rate (10/s) alone would
+      // have admitted place 2 at once: k × units available = 1 × 1.
+      await shot(page, '7-waiting-360px', 'Your place in line: 2');
+    } finally {
+      await browser.close();
+    }
   });
