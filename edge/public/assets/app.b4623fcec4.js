@@ -163,6 +163,7 @@
         if (url && devMode && url.startsWith('/api/dev/')) {
           say('note', 'Completing payment with the local dev payment provider…');
           await api('POST', url, { body: { outcome: 'succeeded' } });
+          say('note', '');
         } else if (url) {
           location.assign(url);
           return;
