@@ -309,6 +309,25 @@ test('forged, altered, expired, cross-sale and missing admit tokens are refused 
   assert.equal(await reservationRequests(), before, 'none of these reached the origin');
 });
 
+test('one admitted account cannot flood the origin: at most 10 reservations per 10 s reach it', async () => {
+  const me = lastLate;
+  const before = await reservationRequests();
+  const answers = [];
+  for (let i = 0; i < 20; i++) {
+    answers.push(await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: me.admit, body: { qty: 1 }, headers: { 'idempotency-key': `flood-${rid()}` },
+    }));
+  }
+  const limited = answers.filter((r) => r.status === 429);
+  assert.ok(limited.length >= 10, `429s: ${limited.length}`);
+  for (const r of limited) {
+    assert.equal(r.body.error.code, 'too_many_requests');
+    assert.ok(Number(r.headers.get('retry-after')) >= 1);
+  }
+  const reached = (await reservationRequests()) - before;
+  assert.ok(reached <= 10, `${reached} reached the origin`);
+});
+
 test('status polls do not reach the queue object in steady state (frontier cached ≤ 1 s)', async () => {
   const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
   const before = await doRequests();

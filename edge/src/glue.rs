@@ -29,6 +29,7 @@ use worker::{
 
 use crate::api::{self, ApiError, Route};
 use crate::draw;
+use crate::limit::Limiter;
 use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status};
 
 /// How long a queue snapshot is reused from isolate memory.
@@ -56,6 +57,8 @@ thread_local! {
     static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
+    /// Reservations one account may send to the origin: 10 per 10 s.
+    static RESERVE_LIMIT: RefCell<Limiter> = RefCell::new(Limiter::new(10, 10_000, 100_000));
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -695,7 +698,7 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
 async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
     let admits = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    admits
+    let claims = admits
         .verify(
             &token,
             Expect {
@@ -709,6 +712,16 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         let mut r = error_response(&ApiError::sold_out()).map_err(internal)?;
         let _ = r.headers_mut().set("x-edge-sold-out", "1");
         return Ok(r);
+    }
+    let key = format!("{sale}/{}", claims.sub);
+    if let Err(wait_ms) = RESERVE_LIMIT.with(|l| l.borrow_mut().check(&key, now_ms())) {
+        let secs = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(u32::MAX);
+        return Err(ApiError::new(
+            429,
+            "too_many_requests",
+            "too many reservation attempts from this account; retry later",
+        )
+        .retry_after(secs));
     }
     let resp = forward(
         env,

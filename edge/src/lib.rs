@@ -4,7 +4,8 @@
 //! with HMAC `admit` tokens, caches the sale summary and the sold-out flag,
 //! and forwards admitted requests to the origin.
 //!
-//! Layout: the pure modules ([`api`], [`draw`], [`frontier`], [`queue`]) hold
+//! Layout: the pure modules ([`api`], [`draw`], [`frontier`], [`limit`],
+//! [`queue`]) hold
 //! all the logic and are tested on the host; `glue` and `sale_queue` (Wasm
 //! only) are thin runtime glue. Invariant: nothing in this crate trusts
 //! input — every token is verified, every id validated, and no input can
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod draw;
 pub mod frontier;
+pub mod limit;
 pub mod queue;
 
 #[cfg(target_arch = "wasm32")]

@@ -1,0 +1,79 @@
+//! A fixed-window request limiter, per key (an account in a sale).
+//!
+//! Role: the edge's first line for invariant 8 (bounded origin load). The
+//! frontier bounds how many people may reserve; this bounds how often one
+//! admitted person may send a reservation to the origin, so one script
+//! holding an admit token cannot turn into a flood.
+//!
+//! Invariants kept here:
+//! - at most `limit` requests are allowed per key in any window of
+//!   `window_ms` starting at the key's first request;
+//! - memory stays bounded: at most `max_keys` keys are remembered (expired
+//!   windows are dropped first, and if that is not enough everything is).
+
+use std::collections::HashMap;
+
+#[derive(Debug)]
+pub struct Limiter {
+    pub limit: u32,
+    pub window_ms: u64,
+    pub max_keys: usize,
+    windows: HashMap<String, (u64, u32)>,
+}
+
+impl Limiter {
+    pub fn new(limit: u32, window_ms: u64, max_keys: usize) -> Self {
+        Limiter {
+            limit,
+            window_ms,
+            max_keys,
+            windows: HashMap::new(),
+        }
+    }
+
+    /// `Ok(())` if allowed (and counted), else `Err(ms until allowed)`.
+    pub fn check(&mut self, key: &str, now_ms: u64) -> Result<(), u64> {
+        if self.windows.len() >= self.max_keys && !self.windows.contains_key(key) {
+            let w = self.window_ms;
+            self.windows
+                .retain(|_, (start, _)| now_ms.saturating_sub(*start) < w);
+            if self.windows.len() >= self.max_keys {
+                self.windows.clear();
+            }
+        }
+        let entry = self.windows.entry(key.to_string()).or_insert((now_ms, 0));
+        if now_ms.saturating_sub(entry.0) >= self.window_ms {
+            *entry = (now_ms, 0);
+        }
+        if entry.1 >= self.limit {
+            return Err((entry.0 + self.window_ms).saturating_sub(now_ms).max(1));
+        }
+        entry.1 += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allows_limit_per_window_then_refuses_until_it_ends() {
+        let mut l = Limiter::new(3, 10_000, 100);
+        for _ in 0..3 {
+            assert_eq!(l.check("a", 1_000), Ok(()));
+        }
+        assert_eq!(l.check("a", 2_000), Err(9_000));
+        assert_eq!(l.check("b", 2_000), Ok(()), "keys are independent");
+        assert_eq!(l.check("a", 11_000), Ok(()), "a new window");
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut l = Limiter::new(1, 1_000, 10);
+        for i in 0..1_000 {
+            let _ = l.check(&format!("k{i}"), i);
+        }
+        assert!(l.windows.len() <= 10);
+    }
+}
