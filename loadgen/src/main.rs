@@ -1,0 +1,64 @@
+//! `loadgen`: the flash-sale simulator and the benchmark clients.
+//!
+//! Everything it sends goes to loopback addresses only, and every run is
+//! bounded in request count and time.
+
+mod bench;
+mod sim;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "loadgen",
+    about = "Flash-sale simulator and benchmark clients (loopback only)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulates a whole sale over HTTP and checks the invariants at the end.
+    Sale(sim::SaleArgs),
+    /// Open-loop load on the origin's reservation endpoint at a fixed rate;
+    /// prints achieved rate and latency percentiles as JSON.
+    BenchOrigin(bench::BenchOriginArgs),
+    /// Settlement throughput, batched against row-at-a-time, in one run.
+    BenchSettle(bench::BenchSettleArgs),
+    /// Prints admit tokens (one per line) for load tools such as wrk.
+    Tokens(bench::TokensArgs),
+}
+
+/// Refuses any target that is not on this machine.
+pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
+    let host = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', ':']).next())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        host == "localhost" || host.starts_with("127.") || host == "[" || host == "::1",
+        "{url}: loadgen only targets loopback addresses"
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Sale(a) => sim::run(a).await,
+        Command::BenchOrigin(a) => bench::bench_origin(a).await,
+        Command::BenchSettle(a) => bench::bench_settle(a).await,
+        Command::Tokens(a) => bench::tokens(a),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
