@@ -198,6 +198,15 @@ test('later joiners follow in arrival order; a repeated join returns the same ti
     assert.equal(again.body.place, g.place);
   }
   lastLate = got[got.length - 1];
+  // Twenty concurrent joins of one new account: one entry, one ticket.
+  const racer = `racer-${rid()}`;
+  const token = userToken(racer);
+  const raced = await Promise.all(Array.from({ length: 20 }, () =>
+    call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token })));
+  assert.ok(raced.every((r) => r.status === 200));
+  assert.equal(new Set(raced.map((r) => r.body.ticket)).size, 1, 'one ticket');
+  assert.equal(new Set(raced.map((r) => r.body.place)).size, 1, 'one place');
+  assert.equal(raced[0].body.place, N + 11);
 });
 
 test('a person is admitted only when the frontier reaches them', async () => {
