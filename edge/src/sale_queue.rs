@@ -326,10 +326,18 @@ impl SaleQueue {
         }
     }
 
+    /// The frontier: its history (JSON, rewritten only when the frontier
+    /// moves or a checkpoint is added) plus its clock, kept as its own small
+    /// value because it changes on every request.
     fn frontier(&self) -> Frontier {
-        self.meta("frontier")
+        let mut f: Frontier = self
+            .meta("frontier")
             .and_then(|f| serde_json::from_str(&f).ok())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(t) = self.meta_u64("frontier_last_ms") {
+            f.last_ms = f.last_ms.max(t);
+        }
+        f
     }
 
     fn advance(&self, now: u64) -> ApiResult<Frontier> {
@@ -353,9 +361,10 @@ impl SaleQueue {
                 sold_out: self.sold_out(now),
             },
         );
-        if f != before {
+        if f.admitted != before.admitted || f.checkpoints != before.checkpoints {
             self.set_meta("frontier", serde_json::to_string(&f).unwrap_or_default())?;
         }
+        self.set_meta("frontier_last_ms", f.last_ms)?;
         Ok(f)
     }
 
