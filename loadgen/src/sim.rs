@@ -372,8 +372,9 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             selling_until = Some(t);
         }
         // Admit whoever the frontier reached, has arrived, and fits the cap.
+        // People admitted whose reservation attempt is still unanswered.
         let admitted_waiting = shared.c.admitted.load(Ordering::Relaxed) as i64
-            - shared.c.holds.load(Ordering::Relaxed);
+            - shared.c.answered.load(Ordering::Relaxed) as i64;
         let cap = (args.admission_factor * available.max(0) as f64) as i64;
         let mut room = (cap - admitted_waiting).max(0);
         while next < queue.len()

@@ -3,6 +3,9 @@
 //! per-user counts that a released spilled hold owes its home shard
 //! (quota_return.lua, at most once per hold id).
 //!
+//! It also publishes each sale's settlement lag (entries not yet in
+//! Postgres) as a gauge, once per interval.
+//!
 //! Reservations also reclaim expired holds on demand (reserve.lua and
 //! take.lua), so selling resumes the moment a hold expires; the sweep keeps
 //! the counts honest for sales nobody is hammering.
@@ -94,6 +97,10 @@ pub async fn run(
             }
         }
         for sale in &active {
+            if let Ok(lag) = crate::settlement::lag(&engine, sale).await {
+                metrics::gauge!("flashsale_settlement_lag", "sale" => sale.config.id.clone())
+                    .set(lag as f64);
+            }
             match sweep_sale(&engine, sale).await {
                 Ok(0) => {}
                 Ok(units) => {

@@ -96,6 +96,25 @@ async fn race_then_settle_postgres_holds_exactly_what_redis_granted() {
     .unwrap();
     assert_eq!((report.lag, report.drift), (0, 0));
     assert!(report.mismatched_shards.is_empty() && report.repaired_shards.is_empty());
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "flashsale_reservation_requests_total{outcome=\"held\"}",
+        "flashsale_reservation_requests_total{outcome=\"sold_out\"}",
+        "flashsale_settlement_batch_size",
+        "flashsale_settlement_lag{sale=\"settle\"}",
+        "flashsale_drift_units{sale=\"settle\"} 0",
+        "flashsale_sold_out_flips_total",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}");
+    }
     app.stop().await;
 }
 
