@@ -52,6 +52,20 @@ local function reclaim_expired(now, shard, limit)
   return units
 end
 
+-- The shard's stock, topped up by reclaiming expired holds when it holds
+-- fewer than `qty`; nil when the shard's keys are gone (Redis lost data).
+local function stock_for(qty, now, shard, batch)
+  local stock = redis.call('GET', KEYS[1])
+  if not stock then
+    return nil
+  end
+  stock = tonumber(stock)
+  if stock < qty then
+    stock = stock + reclaim_expired(now, shard, batch)
+  end
+  return stock
+end
+
 -- Creates a hold of `qty` units (caller checked stock) and its settlement record.
 local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale)
   local exp = now + hold_ms

@@ -35,12 +35,6 @@ if prior then
   return {4, p.id, p.q}
 end
 
-local stock = redis.call('GET', KEYS[1])
-if not stock then
-  return {7}
-end
-stock = tonumber(stock)
-
 local acct, qty, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now, hold_ms, id, shard = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
 local used = tonumber(redis.call('HGET', KEYS[4], acct) or '0')
@@ -48,8 +42,9 @@ if used + qty > limit then
   return {5, used}
 end
 
-if stock < qty then
-  stock = stock + reclaim_expired(now, shard, tonumber(ARGV[10]))
+local stock = stock_for(qty, now, shard, tonumber(ARGV[10]))
+if not stock then
+  return {7}
 end
 
 if stock >= 1 then

@@ -31,14 +31,10 @@ if decided == 'H' then
   return {1, id, shard, h.e, h.q}
 end
 
-local stock = redis.call('GET', KEYS[1])
+local qty, now = tonumber(ARGV[2]), tonumber(ARGV[3])
+local stock = stock_for(qty, now, shard, tonumber(ARGV[10]))
 if not stock then
   return {7}
-end
-stock = tonumber(stock)
-local qty, now = tonumber(ARGV[2]), tonumber(ARGV[3])
-if stock < qty then
-  stock = stock + reclaim_expired(now, shard, tonumber(ARGV[10]))
 end
 if stock >= 1 then
   local q = math.min(stock, qty)
