@@ -82,6 +82,60 @@ pub fn draw_order<S: AsRef<str>>(seed_hex: &str, accounts: &[S]) -> Vec<Drawn> {
         .collect()
 }
 
+// ---------------------------------------------------------------- buckets
+//
+// So that nobody's first poll after the draw has to reach the Durable
+// Object, the drawn order is also served in buckets: the key space is cut
+// into `B` equal ranges by the first 64 bits of the draw value; bucket `i`
+// holds the (sorted) draw values falling in range `i` and the place of its
+// first one. The edge computes a person's draw value from the published
+// seed, fetches that one bucket (immutable once drawn, so cached for good)
+// and reads the place off it: the object serves about `B` requests per
+// cache, not one per person.
+
+/// Target number of draw values per bucket.
+pub const BUCKET_SIZE: u64 = 512;
+
+/// How many buckets a draw of `n` entrants is served in (at least one).
+pub fn bucket_count(n: u64) -> u64 {
+    n.div_ceil(BUCKET_SIZE).max(1)
+}
+
+fn prefix64(key_hex: &str) -> Option<u64> {
+    key_hex
+        .get(..16)
+        .and_then(|p| u64::from_str_radix(p, 16).ok())
+}
+
+/// The bucket a draw value falls in (None for a malformed value).
+pub fn bucket_of(key_hex: &str, buckets: u64) -> Option<u64> {
+    let b = buckets.max(1);
+    prefix64(key_hex).map(|p| ((u128::from(p) * u128::from(b)) >> 64) as u64)
+}
+
+/// The lowest 64-bit prefix in bucket `i`: ceil(i × 2^64 / B).
+fn bucket_start(i: u64, buckets: u64) -> u128 {
+    (u128::from(i) << 64).div_ceil(u128::from(buckets.max(1)))
+}
+
+/// Bounds of bucket `i` as 16-hex-digit prefixes: values `v` with
+/// `lo <= v` and (if there is an upper bound) `v < hi`, compared as strings
+/// (lower-case hex of equal prefix length sorts like the numbers).
+pub fn bucket_bounds(i: u64, buckets: u64) -> (String, Option<String>) {
+    let lo = format!("{:016x}", bucket_start(i, buckets) as u64);
+    let hi =
+        (i + 1 < buckets.max(1)).then(|| format!("{:016x}", bucket_start(i + 1, buckets) as u64));
+    (lo, hi)
+}
+
+/// The place of `key_hex` given its bucket's first place and sorted values.
+pub fn place_in_bucket(first_place: u64, sorted_keys: &[String], key_hex: &str) -> Option<u64> {
+    sorted_keys
+        .binary_search_by(|k| k.as_str().cmp(key_hex))
+        .ok()
+        .map(|i| first_place + i as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +200,44 @@ mod tests {
         for d in &a {
             assert_eq!(d.key, draw_key(&seed, &d.account));
         }
+    }
+
+    #[test]
+    fn buckets_reproduce_every_place() {
+        let accounts: Vec<String> = (0..2_000).map(|i| format!("acct-{i}")).collect();
+        let seed = seed_for(7);
+        let drawn = draw_order(&seed, &accounts);
+        let b = bucket_count(accounts.len() as u64);
+        assert_eq!(b, 4);
+        // Build the buckets the way the object serves them (range queries).
+        let mut buckets: Vec<(u64, Vec<String>)> = Vec::new();
+        for i in 0..b {
+            let (lo, hi) = bucket_bounds(i, b);
+            let keys: Vec<&Drawn> = drawn
+                .iter()
+                .filter(|d| {
+                    d.key.as_str() >= lo.as_str()
+                        && hi.as_ref().is_none_or(|h| d.key.as_str() < h.as_str())
+                })
+                .collect();
+            let first = keys.first().map(|d| d.place).unwrap_or(0);
+            buckets.push((first, keys.iter().map(|d| d.key.clone()).collect()));
+        }
+        let total: usize = buckets.iter().map(|(_, k)| k.len()).sum();
+        assert_eq!(
+            total,
+            accounts.len(),
+            "every value is in exactly one bucket"
+        );
+        for d in &drawn {
+            let i = bucket_of(&d.key, b).unwrap();
+            let (first, keys) = &buckets[i as usize];
+            assert_eq!(place_in_bucket(*first, keys, &d.key), Some(d.place));
+        }
+        assert_eq!(bucket_of("zz", b), None);
+        assert_eq!(bucket_of(&"f".repeat(64), b), Some(b - 1));
+        assert_eq!(bucket_of(&"0".repeat(64), b), Some(0));
+        assert_eq!(bucket_bounds(0, 1), ("0000000000000000".into(), None));
     }
 
     /// Pearson chi-square statistic of observed counts against a flat expectation.

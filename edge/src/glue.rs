@@ -21,7 +21,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use token::{Claims, Expect, KeyRing, TokenError, TokenType};
+use token::{Claims, Expect, KeyRing, TicketData, TokenError, TokenType};
 use worker::{
     AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
     Result, event, js_sys, web_sys,
@@ -30,7 +30,7 @@ use worker::{
 use crate::api::{self, ApiError, Route};
 use crate::draw;
 use crate::limit::Limiter;
-use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status};
+use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status, TICKET_TTL_SECS};
 
 /// How long a queue snapshot is reused from isolate memory.
 const SNAPSHOT_TTL_MS: u64 = 1_000;
@@ -55,6 +55,7 @@ thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
     static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
     static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    static BUCKETS: RefCell<HashMap<String, Rc<Bucket>>> = RefCell::new(HashMap::new());
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
     /// Reservations one account may send to the origin: 10 per 10 s.
@@ -435,8 +436,31 @@ async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
         .map_err(ApiError::token)?;
     let place = claims.tkt.as_ref().and_then(|t| t.place);
     let snap = snapshot(env, sale).await?;
+    if place.is_none()
+        && snap.drawn
+        && let Some(p) = place_from_bucket(env, sale, &claims.sub, &snap).await
+    {
+        // Once per person after the draw: the place, read off the cached
+        // bucket of the drawn order, goes into a fresh ticket.
+        let seq = claims.tkt.as_ref().map(|t| t.seq).unwrap_or(0);
+        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
+        let fresh = Claims::new(
+            TokenType::Ticket,
+            claims.sub.as_str(),
+            Some(sale.to_string()),
+            now_ms() / 1000,
+            TICKET_TTL_SECS,
+        )
+        .with_ticket(TicketData {
+            seq,
+            place: Some(p),
+        });
+        let ticket = ring.sign(&fresh);
+        let body = status_body(env, sale, &claims.sub, &ticket, Some(p), &snap)?;
+        return json_response(200, &body, "no-store").map_err(internal);
+    }
     if place.is_none() && snap.drawn {
-        // Once per person after the draw: learn the drawn place.
+        // Fallback (bucket unavailable): ask the object.
         let path = format!("/place?sub={}", urlencode(&claims.sub));
         let v = call_queue(env, sale, Method::Get, &path, None).await?;
         let p: Placed = serde_json::from_value(v)
@@ -447,6 +471,59 @@ async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     }
     let body = status_body(env, sale, &claims.sub, &token, place, &snap)?;
     json_response(200, &body, "no-store").map_err(internal)
+}
+
+/// The drawn place of `sub` from the bucket its draw value falls in:
+/// isolate memory, then the Cache API (buckets never change once drawn),
+/// then the object. None if anything is missing (the caller falls back).
+async fn place_from_bucket(env: &Env, sale: &str, sub: &str, snap: &Snapshot) -> Option<u64> {
+    let seed = snap.seed.as_deref()?;
+    let key = draw::draw_key(seed, sub);
+    let b = draw::bucket_of(&key, snap.buckets.max(1))?;
+    let id = format!("{sale}/{}/{b}", snap.commitment);
+    let cached = BUCKETS.with(|m| m.borrow().get(&id).cloned());
+    let bucket = match cached {
+        Some(x) => x,
+        None => {
+            let ck = cache_key("bucket", &id);
+            let from_cache = match Cache::default().get(ck.as_str(), false).await {
+                Ok(Some(mut r)) => r
+                    .text()
+                    .await
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<Bucket>(&t).ok()),
+                _ => None,
+            };
+            let bucket = match from_cache {
+                Some(x) => x,
+                None => {
+                    let v = call_queue(env, sale, Method::Get, &format!("/bucket?i={b}"), None)
+                        .await
+                        .ok()?;
+                    let text = v.to_string();
+                    let x: Bucket = serde_json::from_value(v).ok()?;
+                    cache_put_json(&ck, 200, &text, 86_400).await;
+                    x
+                }
+            };
+            let x = Rc::new(bucket);
+            BUCKETS.with(|m| {
+                let mut m = m.borrow_mut();
+                if m.len() >= 256 {
+                    m.clear();
+                }
+                m.insert(id, x.clone());
+            });
+            x
+        }
+    };
+    draw::place_in_bucket(bucket.first_place, &bucket.keys, &key)
+}
+
+#[derive(Deserialize)]
+struct Bucket {
+    first_place: u64,
+    keys: Vec<String>,
 }
 
 fn urlencode(s: &str) -> String {

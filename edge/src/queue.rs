@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 
 /// Lifetime of an `admit` token (DESIGN.md default), seconds.
 pub const ADMIT_TTL_SECS: u64 = 120;
+/// Lifetime of a queue ticket: a day (a queue outliving it needs a re-join,
+/// which returns the same place).
+pub const TICKET_TTL_SECS: u64 = 24 * 3600;
 /// Shortest and longest advised poll interval.
 pub const MIN_POLL_MS: u64 = 1_000;
 pub const MAX_POLL_MS: u64 = 30_000;
@@ -51,6 +54,9 @@ pub struct Snapshot {
     pub seed: Option<String>,
     /// Requests the object has served (for the benchmark of DO calls/poll).
     pub do_requests: u64,
+    /// Buckets the draw is served in (0 before the draw); see `draw`.
+    #[serde(default)]
+    pub buckets: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +188,7 @@ mod tests {
             commitment: "c".into(),
             seed: Some("s".into()),
             do_requests: 0,
+            buckets: 1,
         }
     }
 

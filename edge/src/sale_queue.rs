@@ -35,11 +35,8 @@ use crate::api::{self, ApiError};
 use crate::draw;
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, ring, send_with_timeout};
-use crate::queue::{ADMIT_TTL_SECS, Snapshot};
+use crate::queue::{ADMIT_TTL_SECS, Snapshot, TICKET_TTL_SECS};
 
-/// Ticket lifetime: a day (a queue outliving it needs a re-join, which
-/// returns the same place).
-const TICKET_TTL_SECS: u64 = 24 * 3600;
 /// A stored ticket is re-used while it has at least this long to live.
 const TICKET_REUSE_MIN_SECS: u64 = 3600;
 const CONFIG_REFRESH_MS: u64 = 1_000;
@@ -122,6 +119,7 @@ impl SaleQueue {
                 ticket TEXT,
                 ticket_place INTEGER,
                 ticket_exp INTEGER)",
+            "CREATE INDEX IF NOT EXISTS entries_draw_key ON entries (draw_key)",
         ] {
             sql.exec(q, None).map_err(sql_err)?;
         }
@@ -308,6 +306,7 @@ impl SaleQueue {
             )?;
         }
         self.set_meta("next_place", order.len() as u64 + 1)?;
+        self.set_meta("buckets", draw::bucket_count(order.len() as u64))?;
         self.set_meta("drawn_at_ms", now)?;
         self.set_meta("drawn", 1)?;
         Ok(())
@@ -395,6 +394,11 @@ impl SaleQueue {
             commitment: self.meta("commitment").unwrap_or_default(),
             seed: if drawn { self.meta("seed") } else { None },
             do_requests: self.requests.get(),
+            buckets: if drawn {
+                self.meta_u64("buckets").unwrap_or(1)
+            } else {
+                0
+            },
         })
     }
 
@@ -489,6 +493,40 @@ impl SaleQueue {
         Ok((ticket, place))
     }
 
+    /// One bucket of the drawn order (see `draw`): immutable once drawn.
+    fn bucket(&self, url: &worker::Url) -> ApiResult<Value> {
+        if !self.drawn() {
+            return Err(ApiError::new(
+                409,
+                "not_drawn",
+                "the draw has not happened yet",
+            ));
+        }
+        let buckets = self.meta_u64("buckets").unwrap_or(1);
+        let i = url
+            .query_pairs()
+            .find(|(k, _)| k == "i")
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+            .filter(|i| *i < buckets)
+            .ok_or_else(|| ApiError::new(400, "bad_request", "bucket index out of range"))?;
+        let (lo, hi) = draw::bucket_bounds(i, buckets);
+        let rows = match &hi {
+            Some(hi) => self.exec(
+                "SELECT place, draw_key FROM entries WHERE prequeue = 1 AND draw_key >= ? AND draw_key < ? ORDER BY draw_key",
+                vec![lo.as_str().into(), hi.as_str().into()],
+            )?,
+            None => self.exec(
+                "SELECT place, draw_key FROM entries WHERE prequeue = 1 AND draw_key >= ? ORDER BY draw_key",
+                vec![lo.as_str().into()],
+            )?,
+        }
+        .to_array::<DrawRow>()
+        .map_err(sql_err)?;
+        let first_place = rows.first().map(|r| r.place as u64).unwrap_or(0);
+        let keys: Vec<String> = rows.into_iter().map(|r| r.draw_key).collect();
+        Ok(json!({"bucket": i, "buckets": buckets, "first_place": first_place, "keys": keys}))
+    }
+
     fn draw_page(&self, url: &worker::Url) -> ApiResult<Value> {
         let mut from = 1u64;
         let mut limit = 1_000u64;
@@ -577,6 +615,7 @@ impl SaleQueue {
                 Ok(serde_json::to_value(self.snapshot(&sale, now)?).unwrap_or(Value::Null))
             }
             ("GET", "/draw") => self.draw_page(&url),
+            ("GET", "/bucket") => self.bucket(&url),
             _ => Err(ApiError::not_found()),
         }
     }
