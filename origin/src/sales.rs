@@ -377,6 +377,97 @@ mod tests {
         }
     }
 
+    fn spec() -> SaleSpec {
+        SaleSpec {
+            id: "drop-1".into(),
+            name: "Drop".into(),
+            units: 10,
+            per_user_limit: 2,
+            shards: 2,
+            starts_at: Utc::now(),
+            ends_at: None,
+            hold_seconds: 600,
+            admission_rate: 50.0,
+            admission_factor: 2.0,
+            price_cents: 100,
+        }
+    }
+
+    #[test]
+    fn bad_sale_specs_are_refused_with_the_flag_named() {
+        assert!(spec().validate().is_ok());
+        let cases: Vec<(SaleSpec, &str)> = vec![
+            (
+                SaleSpec {
+                    id: "Bad Id".into(),
+                    ..spec()
+                },
+                "--sale",
+            ),
+            (SaleSpec { units: 0, ..spec() }, "--units"),
+            (
+                SaleSpec {
+                    per_user_limit: 0,
+                    ..spec()
+                },
+                "--per-user-limit",
+            ),
+            (
+                SaleSpec {
+                    shards: 11,
+                    ..spec()
+                },
+                "--shards",
+            ),
+            (
+                SaleSpec {
+                    shards: 0,
+                    ..spec()
+                },
+                "--shards",
+            ),
+            (
+                SaleSpec {
+                    hold_seconds: 0,
+                    ..spec()
+                },
+                "--hold-seconds",
+            ),
+            (
+                SaleSpec {
+                    admission_rate: f64::NAN,
+                    ..spec()
+                },
+                "--admission-rate",
+            ),
+            (
+                SaleSpec {
+                    admission_factor: -1.0,
+                    ..spec()
+                },
+                "--admission-factor",
+            ),
+            (
+                SaleSpec {
+                    price_cents: -1,
+                    ..spec()
+                },
+                "--price-cents",
+            ),
+            (
+                SaleSpec {
+                    ends_at: Some(Utc::now() - chrono::Duration::hours(1)),
+                    ..spec()
+                },
+                "--ends-at",
+            ),
+        ];
+        for (s, flag) in cases {
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains(flag), "{err} should name {flag}");
+        }
+    }
+
     #[test]
     fn sale_ids() {
         assert!(valid_sale_id("drop-1"));
