@@ -57,6 +57,9 @@ pub struct SaleQueue {
     meta: RefCell<HashMap<String, String>>,
     /// Requests served since the object started (a statistic, memory only).
     requests: Cell<u64>,
+    /// The frontier's clock in memory; stored at most once a second (after
+    /// a restart it may be up to 1 s behind: at most `rate` extra places).
+    frontier_clock: Cell<u64>,
 }
 
 #[derive(Deserialize)]
@@ -336,6 +339,7 @@ impl SaleQueue {
         if let Some(t) = self.meta_u64("frontier_last_ms") {
             f.last_ms = f.last_ms.max(t);
         }
+        f.last_ms = f.last_ms.max(self.frontier_clock.get());
         f
     }
 
@@ -363,7 +367,11 @@ impl SaleQueue {
         if f.admitted != before.admitted || f.checkpoints != before.checkpoints {
             self.set_meta("frontier", serde_json::to_string(&f).unwrap_or_default())?;
         }
-        self.set_meta("frontier_last_ms", f.last_ms)?;
+        self.frontier_clock.set(f.last_ms);
+        let stored = self.meta_u64("frontier_last_ms").unwrap_or(0);
+        if f.last_ms.saturating_sub(stored) >= 1_000 {
+            self.set_meta("frontier_last_ms", f.last_ms)?;
+        }
         Ok(f)
     }
 
@@ -635,6 +643,7 @@ impl DurableObject for SaleQueue {
             fetched_ms: Cell::new(0),
             meta: RefCell::new(HashMap::new()),
             requests: Cell::new(0),
+            frontier_clock: Cell::new(0),
         };
         if let Err(e) = q.init_schema() {
             worker::console_error!("sale queue schema: {}", e.message);
