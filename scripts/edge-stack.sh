@@ -21,7 +21,7 @@ wait_http() { # url seconds
   return 1
 }
 
-echo "== ${STACK_NAME:-edge-stack}: building origin and edge"
+echo "== ${STACK_NAME:-edge-stack}: building origin and edge" >&2
 if [[ -z "${ORIGIN_BIN:-}" ]]; then
   cargo build -q -p origin
   target_dir="$(cargo metadata --format-version 1 --no-deps | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).target_directory))')"
@@ -101,4 +101,4 @@ wait_http "http://127.0.0.1:$EDGE_PORT/api/health" 90
 export EDGE_URL="http://127.0.0.1:$EDGE_PORT"
 export ORIGIN_URL="http://127.0.0.1:$ORIGIN_PORT"
 export ORIGIN_BIN ORIGIN_PID RUN_DIR
-echo "== ${STACK_NAME:-edge-stack}: origin $ORIGIN_URL, edge $EDGE_URL, run $run_id"
+echo "== ${STACK_NAME:-edge-stack}: origin $ORIGIN_URL, edge $EDGE_URL, run $run_id" >&2
