@@ -3,7 +3,10 @@
 //! Everything it sends goes to loopback addresses only, and every run is
 //! bounded in request count and time.
 
+#![recursion_limit = "256"]
+
 mod bench;
+mod edge_sim;
 mod sim;
 
 use clap::{Parser, Subcommand};

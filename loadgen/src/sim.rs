@@ -36,48 +36,51 @@ use tokio::sync::Mutex;
 pub struct SaleArgs {
     /// The origin to load (direct mode).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
-    origin: String,
+    pub(crate) origin: String,
     #[arg(long, default_value = "sim")]
-    sale: String,
+    pub(crate) sale: String,
     #[arg(long, default_value_t = 200_000)]
-    accounts: usize,
+    pub(crate) accounts: usize,
     #[arg(long, default_value_t = 1_000)]
-    units: i32,
+    pub(crate) units: i32,
     #[arg(long, default_value_t = 2)]
-    per_user_limit: i32,
+    pub(crate) per_user_limit: i32,
     #[arg(long, default_value_t = 4)]
-    shards: i32,
+    pub(crate) shards: i32,
     /// People admitted per second.
     #[arg(long, default_value_t = 200.0)]
-    admission_rate: f64,
+    pub(crate) admission_rate: f64,
     #[arg(long, default_value_t = 2.0)]
-    admission_factor: f64,
+    pub(crate) admission_factor: f64,
     #[arg(long, default_value_t = 8)]
-    hold_seconds: i32,
+    pub(crate) hold_seconds: i32,
     /// Seconds between the simulator's start and the sale's start
     /// (people arriving in that window form the pre-queue).
     #[arg(long, default_value_t = 3.0)]
-    prestart_seconds: f64,
+    pub(crate) prestart_seconds: f64,
     /// Share of people who arrive before the start.
     #[arg(long, default_value_t = 0.2)]
-    prestart_share: f64,
+    pub(crate) prestart_share: f64,
     /// Mean arrival delay after the start, seconds (exponential burst).
     #[arg(long, default_value_t = 2.0)]
-    burst_seconds: f64,
+    pub(crate) burst_seconds: f64,
     /// Probability that a person holding units pays.
     #[arg(long, default_value_t = 0.75)]
-    pay: f64,
+    pub(crate) pay: f64,
     /// Probability that a holder cancels (the rest walk away: the hold expires).
     #[arg(long, default_value_t = 0.10)]
-    cancel: f64,
+    pub(crate) cancel: f64,
     /// Probability of asking for the full per-user limit instead of 1 unit.
     #[arg(long, default_value_t = 0.2)]
-    multi: f64,
+    pub(crate) multi: f64,
     #[arg(long, default_value_t = 120)]
-    max_seconds: u64,
+    pub(crate) max_seconds: u64,
     /// Where the report (JSON, summary, SVG) goes.
     #[arg(long, default_value = "sim-output")]
-    output: String,
+    pub(crate) output: String,
+    /// Edge mode (`--edge <url>`): see `edge_sim`.
+    #[command(flatten)]
+    pub(crate) edge: crate::edge_sim::EdgeArgs,
 }
 
 #[derive(Default)]
@@ -98,14 +101,14 @@ struct Counters {
 }
 
 #[derive(Serialize, Clone)]
-struct Sample {
-    t: f64,
-    arrived: u64,
-    waiting: u64,
-    admitted: u64,
-    holding_units: i64,
-    paid_units: i64,
-    reserve_requests: u64,
+pub(crate) struct Sample {
+    pub(crate) t: f64,
+    pub(crate) arrived: u64,
+    pub(crate) waiting: u64,
+    pub(crate) admitted: u64,
+    pub(crate) holding_units: i64,
+    pub(crate) paid_units: i64,
+    pub(crate) reserve_requests: u64,
 }
 
 struct Shared {
@@ -257,6 +260,9 @@ async fn pay(s: &Shared, id: &str, token: &str) -> anyhow::Result<bool> {
 }
 
 pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
+    if args.edge.edge.is_some() {
+        return crate::edge_sim::run(args).await;
+    }
     crate::ensure_loopback(&args.origin)?;
     anyhow::ensure!(
         args.accounts <= 1_000_000 && args.max_seconds <= 1_800,
@@ -486,7 +492,10 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn invariants(state: &AppState, sale: &origin::sales::Sale) -> anyhow::Result<Value> {
+pub(crate) async fn invariants(
+    state: &AppState,
+    sale: &origin::sales::Sale,
+) -> anyhow::Result<Value> {
     let id = &sale.config.id;
     let limit = sale.config.per_user_limit;
     let (total, held, sold): (i32, i32, i32) =
@@ -558,7 +567,7 @@ async fn invariants(state: &AppState, sale: &origin::sales::Sale) -> anyhow::Res
     Ok(checks)
 }
 
-fn summary_text(r: &Value) -> String {
+pub(crate) fn summary_text(r: &Value) -> String {
     let inv = &r["invariants"];
     format!(
         "Simulated sale {sale}: {accounts} accounts ({pre} in the pre-queue), {units} units, limit {limit}, {shards} shards\n\
@@ -600,7 +609,7 @@ fn summary_text(r: &Value) -> String {
     )
 }
 
-fn chart(samples: &[Sample], rate: f64, path: &str) -> anyhow::Result<()> {
+pub(crate) fn chart(samples: &[Sample], rate: f64, path: &str) -> anyhow::Result<()> {
     use plotters::prelude::*;
     let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
     root.fill(&WHITE)?;
