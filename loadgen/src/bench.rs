@@ -171,7 +171,7 @@ async fn settle_rate(
         name: "settlement bench".into(),
         units: holds as i32,
         per_user_limit: 1,
-        shards: 1,
+        shards: 4,
         starts_at: chrono::Utc::now() - chrono::Duration::seconds(1),
         ends_at: None,
         hold_seconds: 3600,
@@ -207,12 +207,9 @@ async fn settle_rate(
     let start = Instant::now();
     let mut settled = 0;
     while settled < holds {
-        let o = settler.settle_shard(&sale, 0).await?;
-        anyhow::ensure!(
-            o.entries > 0 || settled == holds,
-            "stream ran dry at {settled}"
-        );
-        settled += o.inserted;
+        let n = settler.settle_sale_round(&sale).await?;
+        anyhow::ensure!(n > 0, "streams ran dry at {settled} of {holds}");
+        settled += n;
     }
     Ok(holds as f64 / start.elapsed().as_secs_f64())
 }

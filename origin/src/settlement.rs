@@ -422,6 +422,34 @@ impl Settler {
         Ok(out)
     }
 
+    /// One shard's turn: take over stale pending entries (when `claim`),
+    /// then settle one batch of new ones.
+    pub async fn shard_round(
+        &self,
+        sale: &Sale,
+        shard: usize,
+        claim: bool,
+    ) -> Result<BatchOutcome, SettleError> {
+        if claim {
+            let o = self.claim_shard(sale, shard).await?;
+            if o.died {
+                return Ok(o);
+            }
+        }
+        self.settle_shard(sale, shard).await
+    }
+
+    /// Settles one batch from every shard of `sale`, concurrently; returns
+    /// the entries handled.
+    pub async fn settle_sale_round(&self, sale: &Sale) -> Result<usize, SettleError> {
+        let rounds = (0..sale.shards.len()).map(|shard| self.settle_shard(sale, shard));
+        let mut n = 0;
+        for r in futures::future::join_all(rounds).await {
+            n += r?.entries;
+        }
+        Ok(n)
+    }
+
     /// Runs until cancelled (or until the test hook "kills" it).
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut active: Vec<Arc<Sale>> = Vec::new();
@@ -455,16 +483,15 @@ impl Settler {
             let mut work = 0;
             let mut failed = false;
             'sales: for sale in &active {
-                for shard in 0..sale.shards.len() {
-                    let r = if claim {
-                        match self.claim_shard(sale, shard).await {
-                            Ok(o) if o.died => return,
-                            Ok(_) => self.settle_shard(sale, shard).await,
-                            Err(e) => Err(e),
-                        }
-                    } else {
-                        self.settle_shard(sale, shard).await
-                    };
+                // The shards of a sale settle concurrently: each has its own
+                // stream, and their transactions overlap in Postgres.
+                let rounds =
+                    (0..sale.shards.len()).map(|shard| self.shard_round(sale, shard, claim));
+                for (shard, r) in futures::future::join_all(rounds)
+                    .await
+                    .into_iter()
+                    .enumerate()
+                {
                     match r {
                         Ok(o) if o.died => return,
                         Ok(o) => work += o.entries,
