@@ -56,9 +56,13 @@ pub struct EdgeArgs {
     /// (`--origin` is then used for the payment webhook and `/metrics`).
     #[arg(long)]
     pub(crate) edge: Option<String>,
-    /// Edge mode: queue calls (joins, polls) in flight at most.
-    #[arg(long, default_value_t = 24)]
+    /// Edge mode: status polls in flight at most.
+    #[arg(long, default_value_t = 16)]
     pub(crate) edge_in_flight: usize,
+    /// Edge mode: joins in flight at most (a separate pool, so a burst of
+    /// arrivals does not hold up the polls of people already in line).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) join_in_flight: usize,
     /// Edge mode: checkout calls (reserve, purchase, cancel) in flight at most.
     #[arg(long, default_value_t = 8)]
     pub(crate) checkout_in_flight: usize,
@@ -134,6 +138,7 @@ struct Edge {
     users: token::KeyRing,
     secret: String,
     queue_slots: Semaphore,
+    join_slots: Semaphore,
     checkout_slots: Semaphore,
     stop: AtomicBool,
     in_flight: AtomicI64,
@@ -303,7 +308,7 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
         let a = call(
             &s,
             "join",
-            Some(&s.queue_slots),
+            Some(&s.join_slots),
             s.client.post(&queue_url).bearer_auth(&user),
         )
         .await;
@@ -599,7 +604,9 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "edge mode: at most 100,000 accounts and 1,800 s"
     );
     anyhow::ensure!(
-        args.edge.edge_in_flight >= 1 && args.edge.checkout_in_flight >= 1,
+        args.edge.edge_in_flight >= 1
+            && args.edge.join_in_flight >= 1
+            && args.edge.checkout_in_flight >= 1,
         "in-flight bounds must be at least 1"
     );
     let state = AppState::connect(Settings::from_env()?).await?;
@@ -637,6 +644,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         users: state.settings.user_keys.clone(),
         secret: secret.split(',').next().unwrap_or_default().to_string(),
         queue_slots: Semaphore::new(args.edge.edge_in_flight),
+        join_slots: Semaphore::new(args.edge.join_in_flight),
         checkout_slots: Semaphore::new(args.edge.checkout_in_flight),
         stop: AtomicBool::new(false),
         in_flight: AtomicI64::new(0),
@@ -738,9 +746,12 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             c.admitted_seen.load(Ordering::Relaxed),
             c.polls.load(Ordering::Relaxed)
         ));
-        // Once every unit is paid, give the crowd a few seconds to hear
-        // `sold_out` from the edge, then end.
-        if paid >= i64::from(args.units) && all_paid_at.is_none() {
+        // Once every unit is paid and everyone has arrived and joined (late
+        // arrivals are told `sold_out` at once), give the crowd a few
+        // seconds to hear it, then end.
+        let everyone_in = c.joined.load(Ordering::Relaxed) + c.join_failed.load(Ordering::Relaxed)
+            >= args.accounts as u64;
+        if paid >= i64::from(args.units) && everyone_in && all_paid_at.is_none() {
             all_paid_at = Some(now);
         }
         if all_paid_at.is_some_and(|at| now >= at + Duration::from_secs(5))
@@ -831,6 +842,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "hold_seconds": args.hold_seconds,
         "prestart_seconds": args.prestart_seconds,
         "edge_in_flight": args.edge.edge_in_flight,
+        "join_in_flight": args.edge.join_in_flight,
         "checkout_in_flight": args.edge.checkout_in_flight,
         "sold_out_patience_seconds": args.edge.sold_out_patience,
         "seconds": elapsed,
