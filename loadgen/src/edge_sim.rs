@@ -803,6 +803,30 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         .unwrap_or(0);
     let frontier_in_selling = at_end.as_ref().map(|s| s.edge_admitted).unwrap_or(0);
     let origin_rate = origin_in_selling as f64 / selling_end;
+    // The window in which the edge's frontier advanced: from the start to
+    // the first sample at its final value (after that it is held by the
+    // inventory cap or the sold-out flag, and the admission rate no longer
+    // applies).
+    let max_front = samples.iter().map(|s| s.edge_admitted).max().unwrap_or(0);
+    let front_end = samples
+        .iter()
+        .find(|s| s.t >= 0.0 && s.edge_admitted >= max_front)
+        .map(|s| s.t)
+        .unwrap_or(elapsed)
+        .max(0.1);
+    let origin_in_front = samples
+        .iter()
+        .rfind(|s| s.t <= front_end)
+        .map(|s| s.origin_reservation_requests)
+        .unwrap_or(0);
+    let front_window = json!({
+        "seconds": front_end,
+        "places_admitted": max_front,
+        "frontier_rate": max_front as f64 / front_end,
+        "origin_reservation_requests": origin_in_front,
+        "origin_reservation_rate": origin_in_front as f64 / front_end,
+        "origin_rate_over_admission_rate": origin_in_front as f64 / front_end / args.admission_rate,
+    });
     // The busiest 5 s of origin reservation traffic (bounded origin load).
     let mut peak5 = 0.0f64;
     for (i, a) in samples.iter().enumerate() {
@@ -894,6 +918,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "origin_reservation_rate": origin_rate,
         "origin_rate_over_admission_rate": origin_rate / args.admission_rate,
         "origin_requests_per_admitted_place": per_place,
+        "while_frontier_advanced": front_window,
         "origin_peak_5s_rate": peak5,
         "origin_peak_5s_rate_over_admission_rate": peak5 / args.admission_rate,
     });
@@ -955,7 +980,8 @@ fn edge_text(r: &Value) -> String {
          edge latency: {j}; {po}; {re}\n\
          sold-out refusals at the edge {se}, by the origin {so}; left after sold_out {ls}, closed {lc}\n\
          origin reservation requests {ot} (edge sent {et}); in the selling window ({sw:.1} s) {oi} for {fa} places admitted by the edge; \
-         busiest 5 s {pk:.1}/s = {pkr:.3} × admission rate",
+         busiest 5 s {pk:.1}/s = {pkr:.3} × admission rate\n\
+         while the frontier advanced ({fs:.1} s, {fp} places = {fr:.1}/s): origin {fo:.1} reservation requests/s = {fx:.3} × admission rate",
         edge = r["edge"].as_str().unwrap_or_default(),
         joined = r["joined"],
         jf = r["join_failed"],
@@ -982,6 +1008,19 @@ fn edge_text(r: &Value) -> String {
         fa = r["edge_admitted_in_selling"],
         pk = r["origin_peak_5s_rate"].as_f64().unwrap_or(0.0),
         pkr = r["origin_peak_5s_rate_over_admission_rate"]
+            .as_f64()
+            .unwrap_or(0.0),
+        fs = r["while_frontier_advanced"]["seconds"]
+            .as_f64()
+            .unwrap_or(0.0),
+        fp = r["while_frontier_advanced"]["places_admitted"],
+        fr = r["while_frontier_advanced"]["frontier_rate"]
+            .as_f64()
+            .unwrap_or(0.0),
+        fo = r["while_frontier_advanced"]["origin_reservation_rate"]
+            .as_f64()
+            .unwrap_or(0.0),
+        fx = r["while_frontier_advanced"]["origin_rate_over_admission_rate"]
             .as_f64()
             .unwrap_or(0.0),
     )
