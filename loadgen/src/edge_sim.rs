@@ -39,9 +39,6 @@ use anyhow::Context;
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use origin::configuration::Settings;
-use origin::sales::SaleSpec;
-use origin::startup::AppState;
 use rand::Rng;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -609,26 +606,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             && args.edge.checkout_in_flight >= 1,
         "in-flight bounds must be at least 1"
     );
-    let state = AppState::connect(Settings::from_env()?).await?;
-    let starts_at = chrono::Utc::now()
-        + chrono::Duration::milliseconds((args.prestart_seconds * 1000.0) as i64);
-    let spec = SaleSpec {
-        id: args.sale.clone(),
-        name: format!("Simulated sale through the edge ({} units)", args.units),
-        units: args.units,
-        per_user_limit: args.per_user_limit,
-        shards: args.shards,
-        starts_at,
-        ends_at: None,
-        hold_seconds: args.hold_seconds,
-        admission_rate: args.admission_rate,
-        admission_factor: args.admission_factor,
-        price_cents: 9_900,
-    };
-    let mut conn = state.engine.conn.clone();
-    origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)
-        .await
-        .context("creating the simulated sale")?;
+    let state = crate::sim::create_sim_sale(&args, "Simulated sale through the edge").await?;
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
     let client = reqwest::Client::builder()

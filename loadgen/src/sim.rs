@@ -259,21 +259,15 @@ async fn pay(s: &Shared, id: &str, token: &str) -> anyhow::Result<bool> {
     Ok(body["result"] == "paid")
 }
 
-pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
-    if args.edge.edge.is_some() {
-        return crate::edge_sim::run(args).await;
-    }
-    crate::ensure_loopback(&args.origin)?;
-    anyhow::ensure!(
-        args.accounts <= 1_000_000 && args.max_seconds <= 1_800,
-        "at most 1,000,000 accounts and 1,800 s"
-    );
+/// Connects like `origin serve` (environment) and creates the simulated
+/// sale, starting `--prestart-seconds` from now.
+pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Result<AppState> {
     let state = AppState::connect(Settings::from_env()?).await?;
     let starts_at = chrono::Utc::now()
         + chrono::Duration::milliseconds((args.prestart_seconds * 1000.0) as i64);
     let spec = SaleSpec {
         id: args.sale.clone(),
-        name: format!("Simulated sale ({} units)", args.units),
+        name: format!("{label} ({} units)", args.units),
         units: args.units,
         per_user_limit: args.per_user_limit,
         shards: args.shards,
@@ -288,6 +282,19 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)
         .await
         .context("creating the simulated sale")?;
+    Ok(state)
+}
+
+pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
+    if args.edge.edge.is_some() {
+        return crate::edge_sim::run(args).await;
+    }
+    crate::ensure_loopback(&args.origin)?;
+    anyhow::ensure!(
+        args.accounts <= 1_000_000 && args.max_seconds <= 1_800,
+        "at most 1,000,000 accounts and 1,800 s"
+    );
+    let state = create_sim_sale(&args, "Simulated sale").await?;
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
     let shared = Arc::new(Shared {
         client: reqwest::Client::builder()
