@@ -3,6 +3,7 @@
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
+use secrecy::ExposeSecret;
 
 use crate::configuration::{self, Settings};
 use crate::sales::{self, SaleSpec};
@@ -49,6 +50,29 @@ pub enum Command {
     /// Mints a token (for local runs and tests; shops mint user tokens themselves).
     #[command(subcommand)]
     Token(TokenCommand),
+    /// The configuration read from the environment.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Exits 0 if this host's origin answers GET /readyz with 200, else 1
+    /// (the container image's HEALTHCHECK: the image has no shell or curl).
+    Healthcheck {
+        /// Default: ORIGIN_ADDR's port on loopback.
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Prints the effective configuration (secrets masked) and exits
+    /// non-zero on any problem.
+    Check {
+        /// Also connect to Postgres and Redis, and check migrations.
+        #[arg(long)]
+        connect: bool,
+    },
+    /// Prints the README's configuration table (Markdown).
+    Table,
 }
 
 #[derive(Args, Debug)]
@@ -231,7 +255,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let amount = match amount_cents {
                 Some(a) => a,
                 None => {
-                    let pool = startup::pg_pool(&configuration::database_url())?;
+                    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
                     sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
                         .bind(&payment)
                         .fetch_optional(&pool)
@@ -252,14 +276,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(status.is_success(), "the origin refused the webhook");
             Ok(())
         }
+        Command::Config(ConfigCommand::Table) => {
+            print!("{}", configuration::markdown_table());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Check { connect }) => config_check(connect).await,
+        Command::Healthcheck { url } => healthcheck(url).await,
         Command::Migrate => {
-            let pool = startup::pg_pool(&configuration::database_url())?;
+            let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
             startup::migrate(&pool).await?;
             println!("migrations applied");
             Ok(())
         }
         Command::Sale(SaleCommand::Create(a)) => {
-            let pool = startup::pg_pool(&configuration::database_url())?;
+            let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
             startup::migrate(&pool).await?;
             let mut conn = store::connect(&configuration::redis_target()?)
                 .await
@@ -298,4 +328,143 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `origin config check`: the effective configuration, masked; every
+/// problem listed; an error (exit 1) if there is any.
+async fn config_check(connect: bool) -> anyhow::Result<()> {
+    println!("origin configuration (secrets masked)");
+    let lines = configuration::effective();
+    let width = lines.iter().map(|l| l.name.len()).max().unwrap_or(0);
+    for l in &lines {
+        let source = match l.source {
+            configuration::Source::Env => "",
+            configuration::Source::Default => "  (default)",
+            configuration::Source::Unset => "",
+        };
+        println!("  {:width$}  {}{source}", l.name, l.shown);
+    }
+    let mut problems: Vec<String> = Vec::new();
+    match Settings::from_env() {
+        Ok(settings) => {
+            let warnings = configuration::warnings(&settings);
+            if !warnings.is_empty() {
+                println!("warnings:");
+                for w in warnings {
+                    println!("  - {w}");
+                }
+            }
+            if connect {
+                println!("connections:");
+                for (what, r) in connections(&settings).await {
+                    match r {
+                        Ok(detail) => println!("  {what}: ok ({detail})"),
+                        Err(e) => {
+                            println!("  {what}: FAILED");
+                            problems.push(format!("{what}: {e:#}"));
+                        }
+                    }
+                }
+            }
+        }
+        Err(errs) => problems.extend(errs.0.iter().map(|e| e.to_string())),
+    }
+    if problems.is_empty() {
+        println!("configuration OK");
+        return Ok(());
+    }
+    println!("problems:");
+    for p in &problems {
+        println!("  - {p}");
+    }
+    anyhow::bail!(
+        "{} configuration problem{}",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    )
+}
+
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Reaches Postgres (and reads which migrations are applied) and Redis.
+async fn connections(settings: &Settings) -> Vec<(&'static str, anyhow::Result<String>)> {
+    let pg = async {
+        let pool = startup::pg_pool(settings.database_url())?;
+        let applied: Vec<i64> = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            sqlx::query_scalar(
+                "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+            )
+            .fetch_all(&pool),
+        )
+        .await
+        .context("timed out")?
+        .or_else(|e| match e {
+            sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
+            e => Err(e),
+        })
+        .context("cannot query Postgres")?;
+        let known = startup::migrator().iter().count();
+        let pending = startup::migrator()
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .count();
+        anyhow::ensure!(
+            pending == 0,
+            "{pending} of {known} migrations not applied: run `origin migrate`"
+        );
+        Ok(format!("{known}/{known} migrations applied"))
+    };
+    let redis = async {
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, store::connect(&settings.redis))
+            .await
+            .context("timed out")?
+            .context("cannot connect")?;
+        let pong: String =
+            tokio::time::timeout(CONNECT_TIMEOUT, redis::cmd("PING").query_async(&mut conn))
+                .await
+                .context("timed out")??;
+        Ok(match &settings.redis {
+            configuration::RedisTarget::Single(_) => format!("{pong}, one Redis"),
+            configuration::RedisTarget::Cluster(n) => {
+                format!("{pong}, cluster via {} seed(s)", n.len())
+            }
+        })
+    };
+    let (pg, redis) = tokio::join!(pg, redis);
+    vec![("postgres", pg), ("redis", redis)]
+}
+
+/// `origin healthcheck`: GET /readyz on this host's origin.
+async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
+    let url = match url {
+        Some(u) => u,
+        None => {
+            let addr: std::net::SocketAddr = std::env::var("ORIGIN_ADDR")
+                .ok()
+                .filter(|a| !a.trim().is_empty())
+                .unwrap_or_else(|| "127.0.0.1:8080".into())
+                .parse()
+                .context("ORIGIN_ADDR is not ip:port")?;
+            let host = match addr.ip() {
+                std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
+                std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            format!("http://{host}:{}/readyz", addr.port())
+        }
+    };
+    let res = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .build()?
+        .get(&url)
+        .send()
+        .await
+        .with_context(|| format!("GET {url}"))?;
+    let status = res.status();
+    let body = res.text().await.unwrap_or_default();
+    anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
+    println!("{status} {body}");
+    Ok(())
 }

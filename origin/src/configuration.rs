@@ -1,21 +1,170 @@
 //! Configuration from the environment (DESIGN.md's operator interface).
 //!
-//! Every value is read and checked here, once, with an error that names the
-//! variable (and, for key lists, the entry) that is wrong — the process
-//! never starts half-configured.
+//! [`ENV_VARS`] is the one list of every variable the origin reads: the
+//! README's configuration table is generated from it (`origin config table`,
+//! and a test keeps the two equal), and `origin config check` walks it.
+//! Every value is read and checked here, once; all problems are reported
+//! together, each naming its variable (and, for key lists, the entry), so
+//! the process never starts half-configured.
+//!
+//! Secrets never reach a log: URLs with passwords, key rings and webhook
+//! secrets are held in types whose `Debug` hides them, and the operator's
+//! report masks them.
 
+use std::fmt;
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
+use secrecy::{ExposeSecret, SecretString};
 use token::{KeyRing, KeyRingError};
 
+/// What happens when a variable is not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// The origin refuses to start without it.
+    Required,
+    /// Unset is a valid state (the meaning says what it does).
+    Unset,
+    /// This value is used.
+    Value(&'static str),
+}
+
+/// One environment variable of the operator interface.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvVar {
+    pub name: &'static str,
+    pub default: Fallback,
+    /// Masked in every report (passwords inside URLs, keys, secrets).
+    pub secret: bool,
+    pub meaning: &'static str,
+}
+
+/// Every variable the origin reads, in the order operators meet them.
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "DATABASE_URL",
+        default: Fallback::Value("postgres://postgres@127.0.0.1:5432/flashsale"),
+        secret: true,
+        meaning: "Postgres, the truth (`?sslmode=require` etc. as URL parameters); the password is masked in reports",
+    },
+    EnvVar {
+        name: "REDIS_URL",
+        default: Fallback::Value("redis://127.0.0.1:6379"),
+        secret: true,
+        meaning: "one Redis (`redis://[:password@]host:port[/db]`)",
+    },
+    EnvVar {
+        name: "REDIS_CLUSTER_NODES",
+        default: Fallback::Unset,
+        secret: true,
+        meaning: "comma-separated seeds of a Redis Cluster, each `host:port` or `redis://[user:password@]host:port`; when set, `REDIS_URL` is ignored",
+    },
+    EnvVar {
+        name: "REDIS_KEY_PREFIX",
+        default: Fallback::Value("fs"),
+        secret: false,
+        meaning: "prefix of every Redis key, so tenants and tests share one Redis; letters, digits, `-`, `_`, `:`",
+    },
+    EnvVar {
+        name: "USER_TOKEN_KEYS",
+        default: Fallback::Required,
+        secret: true,
+        meaning: "`kid:base64key[,…]` shared with the shop, which mints `user` tokens; the first key signs, all verify; at least 32 bytes each",
+    },
+    EnvVar {
+        name: "ADMISSION_TOKEN_KEYS",
+        default: Fallback::Required,
+        secret: true,
+        meaning: "`kid:base64key[,…]` for tickets and `admit` tokens (edge and origin only); must share no key with `USER_TOKEN_KEYS`",
+    },
+    EnvVar {
+        name: "PAYMENT_WEBHOOK_SECRET",
+        default: Fallback::Unset,
+        secret: true,
+        meaning: "payment provider webhook secret(s), comma-separated for rotation; unset: webhooks answer 503 `webhook_not_configured`",
+    },
+    EnvVar {
+        name: "ORIGIN_ADDR",
+        default: Fallback::Value("127.0.0.1:8080"),
+        secret: false,
+        meaning: "listen address (the container image sets `0.0.0.0:8080`)",
+    },
+    EnvVar {
+        name: "ORIGIN_MAX_IN_FLIGHT",
+        default: Fallback::Value("1024"),
+        secret: false,
+        meaning: "reservation requests in flight before the origin sheds with 429 `overloaded`",
+    },
+    EnvVar {
+        name: "ORIGIN_SHUTDOWN_GRACE_MS",
+        default: Fallback::Value("8000"),
+        secret: false,
+        meaning: "after SIGTERM, time allowed for in-flight requests, the settlement batch and the outbox flush; past it the process exits 1",
+    },
+    EnvVar {
+        name: "SWEEP_INTERVAL_MS",
+        default: Fallback::Value("1000"),
+        secret: false,
+        meaning: "expiry sweep period (expired holds return their units)",
+    },
+    EnvVar {
+        name: "RECONCILE_INTERVAL_MS",
+        default: Fallback::Value("60000"),
+        secret: false,
+        meaning: "reconciler period (Redis compared with Postgres, drift repaired)",
+    },
+    EnvVar {
+        name: "SETTLE_CLAIM_IDLE_MS",
+        default: Fallback::Value("30000"),
+        secret: false,
+        meaning: "settlement entries pending this long on a stopped or dead worker are taken over",
+    },
+    EnvVar {
+        name: "ORIGIN_DEV_MODE",
+        default: Fallback::Value("0"),
+        secret: false,
+        meaning: "`1`: the dev payment provider endpoint is served; never in production",
+    },
+    EnvVar {
+        name: "RUST_LOG",
+        default: Fallback::Value("info,sqlx=warn"),
+        secret: false,
+        meaning: "log filter (`tracing` EnvFilter syntax)",
+    },
+    EnvVar {
+        name: "LOG_FORMAT",
+        default: Fallback::Value("text"),
+        secret: false,
+        meaning: "`text` or `json` (one JSON object per line, for log shippers)",
+    },
+    EnvVar {
+        name: "HOSTNAME",
+        default: Fallback::Value("origin"),
+        secret: false,
+        meaning: "first part of this process's settlement consumer name (container runtimes set it)",
+    },
+];
+
 /// Where the speed layer lives.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum RedisTarget {
     /// `REDIS_URL`: one Redis.
     Single(String),
-    /// `REDIS_CLUSTER_NODES`: seed `host:port` list of a Redis Cluster.
+    /// `REDIS_CLUSTER_NODES`: seed URLs of a Redis Cluster.
     Cluster(Vec<String>),
+}
+
+impl fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisTarget::Single(url) => f.debug_tuple("Single").field(&mask_url(url)).finish(),
+            RedisTarget::Cluster(nodes) => f
+                .debug_tuple("Cluster")
+                .field(&nodes.iter().map(|n| mask_url(n)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
 }
 
 /// A configuration value is missing or malformed.
@@ -31,20 +180,50 @@ pub enum ConfigError {
     #[error("{var} = {value:?}: {why}")]
     Invalid {
         var: &'static str,
+        /// Already masked when the variable is secret.
         value: String,
         why: String,
     },
+    #[error(
+        "USER_TOKEN_KEYS key {user_kid:?} and ADMISSION_TOKEN_KEYS key {admission_kid:?} are the same secret: the shop could mint admit tokens"
+    )]
+    SharedKey {
+        user_kid: String,
+        admission_kid: String,
+    },
 }
 
-/// Everything `origin serve` needs.
+/// Every problem found in one read of the environment.
+#[derive(Debug)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "{n} configuration problem{}",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            write!(f, "\n  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Everything `origin serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub database_url: String,
+    pub database_url: SecretString,
     pub redis: RedisTarget,
     pub key_prefix: String,
     pub user_keys: KeyRing,
     pub admission_keys: KeyRing,
-    pub payment_webhook_secret: Option<String>,
+    /// Webhook secrets, any of which verifies (rotation); empty: webhooks off.
+    pub payment_webhook_secrets: Vec<SecretString>,
     pub addr: SocketAddr,
     pub sweep_interval: Duration,
     pub reconcile_interval: Duration,
@@ -52,6 +231,8 @@ pub struct Settings {
     pub settle_claim_idle: Duration,
     /// Reservation requests allowed in flight before the origin sheds (429).
     pub max_in_flight: usize,
+    /// After a stop signal: the bound on draining requests and workers.
+    pub shutdown_grace: Duration,
     /// Dev-only conveniences (the dev payment provider endpoint).
     pub dev_mode: bool,
 }
@@ -60,45 +241,106 @@ fn var(name: &'static str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+fn default_of(name: &str) -> &'static str {
+    ENV_VARS
+        .iter()
+        .find(|v| v.name == name)
+        .and_then(|v| match v.default {
+            Fallback::Value(d) => Some(d),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn var_or_default(name: &'static str) -> String {
+    var(name).unwrap_or_else(|| default_of(name).to_string())
+}
+
+/// `user:****@host`: the URL with its password (if any) hidden; text that
+/// is not a URL at all is hidden whole, since it may be a secret pasted in
+/// the wrong place.
+pub fn mask_url(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut u) if u.has_host() => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("****"));
+            }
+            u.to_string()
+        }
+        _ if !text.contains('@') && !text.contains("//") => text.to_string(),
+        _ => "****".to_string(),
+    }
+}
+
 /// `DATABASE_URL`, defaulting to the local dev database.
-pub fn database_url() -> String {
-    var("DATABASE_URL").unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/flashsale".into())
+pub fn database_url() -> Result<SecretString, ConfigError> {
+    let url = var_or_default("DATABASE_URL");
+    match sqlx::postgres::PgConnectOptions::from_str(&url) {
+        Ok(_) => Ok(SecretString::from(url)),
+        Err(e) => Err(ConfigError::Invalid {
+            var: "DATABASE_URL",
+            value: mask_url(&url),
+            why: format!(
+                "not a Postgres URL: {}",
+                strip_url_from(&e.to_string(), &url)
+            ),
+        }),
+    }
+}
+
+/// Errors of URL parsers may quote the input; never echo a secret.
+fn strip_url_from(message: &str, url: &str) -> String {
+    message.replace(url, "<url>")
 }
 
 /// `REDIS_CLUSTER_NODES` if set, else `REDIS_URL` (default local Redis).
 pub fn redis_target() -> Result<RedisTarget, ConfigError> {
     if let Some(nodes) = var("REDIS_CLUSTER_NODES") {
-        let list: Vec<String> = nodes
-            .split(',')
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        for n in &list {
-            let ok = n
-                .rsplit_once(':')
-                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-            if !ok {
-                return Err(ConfigError::Invalid {
-                    var: "REDIS_CLUSTER_NODES",
-                    value: n.clone(),
-                    why: "each entry must be host:port".into(),
-                });
-            }
+        let mut urls = Vec::new();
+        for n in nodes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let url = if n.contains("://") {
+                n.to_string()
+            } else {
+                let ok = n
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+                if !ok {
+                    return Err(ConfigError::Invalid {
+                        var: "REDIS_CLUSTER_NODES",
+                        value: mask_url(n),
+                        why: "each entry must be host:port or redis://host:port".into(),
+                    });
+                }
+                format!("redis://{n}")
+            };
+            check_redis_url("REDIS_CLUSTER_NODES", &url)?;
+            urls.push(url);
         }
-        if list.is_empty() {
+        if urls.is_empty() {
             return Err(ConfigError::Missing("REDIS_CLUSTER_NODES"));
         }
-        return Ok(RedisTarget::Cluster(list));
+        return Ok(RedisTarget::Cluster(urls));
     }
-    Ok(RedisTarget::Single(
-        var("REDIS_URL").unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
-    ))
+    let url = var_or_default("REDIS_URL");
+    check_redis_url("REDIS_URL", &url)?;
+    Ok(RedisTarget::Single(url))
+}
+
+fn check_redis_url(name: &'static str, url: &str) -> Result<(), ConfigError> {
+    use redis::IntoConnectionInfo;
+    url.into_connection_info()
+        .map(|_| ())
+        .map_err(|e| ConfigError::Invalid {
+            var: name,
+            value: mask_url(url),
+            why: format!("not a Redis URL: {}", strip_url_from(&e.to_string(), url)),
+        })
 }
 
 /// `REDIS_KEY_PREFIX` (default `fs`): letters, digits, `-`, `_`, `:` only,
 /// because it becomes part of every key and must never contain a hash tag.
 pub fn key_prefix() -> Result<String, ConfigError> {
-    let prefix = var("REDIS_KEY_PREFIX").unwrap_or_else(|| "fs".into());
+    let prefix = var_or_default("REDIS_KEY_PREFIX");
     let ok = !prefix.is_empty()
         && prefix.len() <= 64
         && prefix
@@ -121,56 +363,340 @@ pub fn key_ring(name: &'static str) -> Result<KeyRing, ConfigError> {
     KeyRing::parse(&text).map_err(|source| ConfigError::Keys { var: name, source })
 }
 
-fn duration_ms(name: &'static str, default_ms: u64) -> Result<Duration, ConfigError> {
-    match var(name) {
-        None => Ok(Duration::from_millis(default_ms)),
-        Some(v) => v
-            .parse::<u64>()
-            .ok()
-            .filter(|ms| *ms > 0)
-            .map(Duration::from_millis)
-            .ok_or(ConfigError::Invalid {
-                var: name,
+fn webhook_secrets() -> Vec<SecretString> {
+    var("PAYMENT_WEBHOOK_SECRET")
+        .map(|s| {
+            s.split(',')
+                .map(str::trim)
+                .filter(|x| !x.is_empty())
+                .map(|x| SecretString::from(x.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn positive<T: FromStr + PartialOrd + Default>(
+    name: &'static str,
+    why: &str,
+) -> Result<T, ConfigError> {
+    let text = var_or_default(name);
+    text.trim()
+        .parse::<T>()
+        .ok()
+        .filter(|n| *n > T::default())
+        .ok_or(ConfigError::Invalid {
+            var: name,
+            value: text,
+            why: why.into(),
+        })
+}
+
+fn duration_ms(name: &'static str) -> Result<Duration, ConfigError> {
+    positive::<u64>(name, "a positive number of milliseconds").map(Duration::from_millis)
+}
+
+fn flag(name: &'static str) -> Result<bool, ConfigError> {
+    match var_or_default(name).trim() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        other => Err(ConfigError::Invalid {
+            var: name,
+            value: other.into(),
+            why: "use 1/true or 0/false".into(),
+        }),
+    }
+}
+
+/// The log output format (`LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// `LOG_FORMAT`: `text` (default) or `json`.
+pub fn log_format() -> Result<LogFormat, ConfigError> {
+    match var_or_default("LOG_FORMAT").trim() {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(ConfigError::Invalid {
+            var: "LOG_FORMAT",
+            value: other.into(),
+            why: "use text or json".into(),
+        }),
+    }
+}
+
+fn log_filter() -> Result<(), ConfigError> {
+    match var("RUST_LOG") {
+        None => Ok(()),
+        Some(v) => tracing_subscriber::EnvFilter::try_new(&v)
+            .map(|_| ())
+            .map_err(|e| ConfigError::Invalid {
+                var: "RUST_LOG",
                 value: v,
-                why: "a positive number of milliseconds".into(),
+                why: e.to_string(),
             }),
     }
 }
 
+/// Collects a result's error and goes on, so one read reports everything.
+fn keep<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T> {
+    r.map_err(|e| errors.push(e)).ok()
+}
+
 impl Settings {
-    /// Reads everything `origin serve` needs.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let addr_text = var("ORIGIN_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into());
-        let addr = addr_text.parse().map_err(|_| ConfigError::Invalid {
-            var: "ORIGIN_ADDR",
-            value: addr_text.clone(),
-            why: "expected ip:port".into(),
-        })?;
-        let max_in_flight = match var("ORIGIN_MAX_IN_FLIGHT") {
-            None => 1024,
-            Some(v) => v
-                .parse()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or(ConfigError::Invalid {
-                    var: "ORIGIN_MAX_IN_FLIGHT",
-                    value: v,
-                    why: "a positive integer".into(),
-                })?,
-        };
-        Ok(Settings {
-            database_url: database_url(),
-            redis: redis_target()?,
-            key_prefix: key_prefix()?,
-            user_keys: key_ring("USER_TOKEN_KEYS")?,
-            admission_keys: key_ring("ADMISSION_TOKEN_KEYS")?,
-            payment_webhook_secret: var("PAYMENT_WEBHOOK_SECRET"),
+    /// Reads and checks everything `origin serve` needs; every problem at once.
+    pub fn from_env() -> Result<Self, ConfigErrors> {
+        let mut errs = Vec::new();
+        let e = &mut errs;
+        let addr = keep(
+            e,
+            var_or_default("ORIGIN_ADDR")
+                .parse::<SocketAddr>()
+                .map_err(|_| ConfigError::Invalid {
+                    var: "ORIGIN_ADDR",
+                    value: var_or_default("ORIGIN_ADDR"),
+                    why: "expected ip:port (e.g. 0.0.0.0:8080)".into(),
+                }),
+        );
+        let database_url = keep(e, database_url());
+        let redis = keep(e, redis_target());
+        let key_prefix = keep(e, key_prefix());
+        let user_keys = keep(e, key_ring("USER_TOKEN_KEYS"));
+        let admission_keys = keep(e, key_ring("ADMISSION_TOKEN_KEYS"));
+        let max_in_flight = keep(
+            e,
+            positive::<usize>("ORIGIN_MAX_IN_FLIGHT", "a positive integer"),
+        );
+        let shutdown_grace = keep(e, duration_ms("ORIGIN_SHUTDOWN_GRACE_MS"));
+        let sweep_interval = keep(e, duration_ms("SWEEP_INTERVAL_MS"));
+        let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
+        let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
+        let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
+        keep(e, log_format());
+        keep(e, log_filter());
+        if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
+            && let Some((user_kid, admission_kid)) = u.shares_secret_with(a)
+        {
+            e.push(ConfigError::SharedKey {
+                user_kid: user_kid.into(),
+                admission_kid: admission_kid.into(),
+            });
+        }
+        match (
             addr,
-            sweep_interval: duration_ms("SWEEP_INTERVAL_MS", 1_000)?,
-            reconcile_interval: duration_ms("RECONCILE_INTERVAL_MS", 60_000)?,
-            settle_claim_idle: duration_ms("SETTLE_CLAIM_IDLE_MS", 30_000)?,
+            database_url,
+            redis,
+            key_prefix,
+            user_keys,
+            admission_keys,
             max_in_flight,
-            dev_mode: var("ORIGIN_DEV_MODE").is_some_and(|v| v == "1" || v == "true"),
+            shutdown_grace,
+            sweep_interval,
+            reconcile_interval,
+            settle_claim_idle,
+            dev_mode,
+        ) {
+            (
+                Some(addr),
+                Some(database_url),
+                Some(redis),
+                Some(key_prefix),
+                Some(user_keys),
+                Some(admission_keys),
+                Some(max_in_flight),
+                Some(shutdown_grace),
+                Some(sweep_interval),
+                Some(reconcile_interval),
+                Some(settle_claim_idle),
+                Some(dev_mode),
+            ) if errs.is_empty() => Ok(Settings {
+                database_url,
+                redis,
+                key_prefix,
+                user_keys,
+                admission_keys,
+                payment_webhook_secrets: webhook_secrets(),
+                addr,
+                sweep_interval,
+                reconcile_interval,
+                settle_claim_idle,
+                max_in_flight,
+                shutdown_grace,
+                dev_mode,
+            }),
+            _ => Err(ConfigErrors(errs)),
+        }
+    }
+
+    /// The Postgres URL, for connecting (never for printing).
+    pub fn database_url(&self) -> &str {
+        self.database_url.expose_secret()
+    }
+}
+
+/// Where a reported value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Env,
+    Default,
+    Unset,
+}
+
+/// One line of `origin config check`: a variable's effective value, masked.
+#[derive(Debug, Clone)]
+pub struct Effective {
+    pub name: &'static str,
+    pub shown: String,
+    pub source: Source,
+}
+
+fn describe_ring(text: &str) -> String {
+    match KeyRing::parse(text) {
+        Ok(ring) => {
+            let kids = ring.kids();
+            format!(
+                "kids {} (first signs; secrets hidden)",
+                kids.iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        Err(_) => "**** (unreadable)".into(),
+    }
+}
+
+/// Every variable's effective value as an operator may see it: secrets are
+/// masked (URL passwords, keys by kid only, webhook secrets by count).
+pub fn effective() -> Vec<Effective> {
+    let cluster = var("REDIS_CLUSTER_NODES").is_some();
+    ENV_VARS
+        .iter()
+        .map(|v| {
+            let raw = var(v.name);
+            let source = match (&raw, v.default) {
+                (Some(_), _) => Source::Env,
+                (None, Fallback::Value(_)) => Source::Default,
+                (None, _) => Source::Unset,
+            };
+            let value = raw
+                .clone()
+                .unwrap_or_else(|| default_of(v.name).to_string());
+            let mut shown = match v.name {
+                _ if source == Source::Unset => match v.default {
+                    Fallback::Required => "(not set: required)".into(),
+                    _ => "(not set)".into(),
+                },
+                "USER_TOKEN_KEYS" | "ADMISSION_TOKEN_KEYS" => describe_ring(&value),
+                "PAYMENT_WEBHOOK_SECRET" => {
+                    let n = webhook_secrets().len();
+                    format!("**** ({n} secret{})", if n == 1 { "" } else { "s" })
+                }
+                "REDIS_CLUSTER_NODES" => value
+                    .split(',')
+                    .map(|n| mask_url(n.trim()))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                _ if v.secret => mask_url(&value),
+                _ => value,
+            };
+            if v.name == "REDIS_URL" && cluster {
+                shown.push_str(" (ignored: REDIS_CLUSTER_NODES is set)");
+            }
+            Effective {
+                name: v.name,
+                shown,
+                source,
+            }
         })
+        .collect()
+}
+
+/// Things that are allowed but that an operator should know about.
+pub fn warnings(settings: &Settings) -> Vec<String> {
+    let mut w = Vec::new();
+    if settings.dev_mode {
+        w.push("ORIGIN_DEV_MODE is on: the dev payment provider endpoint is served (never in production)".into());
+    }
+    if settings.payment_webhook_secrets.is_empty() {
+        w.push("PAYMENT_WEBHOOK_SECRET is not set: payment webhooks are refused (503)".into());
+    }
+    if settings.addr.ip().is_loopback() {
+        w.push(format!(
+            "ORIGIN_ADDR {} is loopback-only: nothing outside this host (or container) can reach it",
+            settings.addr
+        ));
+    }
+    if settings.settle_claim_idle < Duration::from_secs(5) {
+        w.push("SETTLE_CLAIM_IDLE_MS below 5 s: a slow but live worker's batch may be taken over (safe, but wasted work)".into());
+    }
+    w
+}
+
+/// The README's configuration table (Markdown), generated from [`ENV_VARS`].
+pub fn markdown_table() -> String {
+    let mut out = String::from("| variable | default | meaning |\n|---|---|---|\n");
+    for v in ENV_VARS {
+        let default = match v.default {
+            Fallback::Required => "**required**".to_string(),
+            Fallback::Unset => "unset".to_string(),
+            Fallback::Value(d) => format!("`{d}`"),
+        };
+        out.push_str(&format!("| `{}` | {default} | {} |\n", v.name, v.meaning));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_masked_and_the_rest_kept() {
+        assert_eq!(
+            mask_url("postgres://app:hunter2@db.internal:5432/shop?sslmode=require"),
+            "postgres://app:****@db.internal:5432/shop?sslmode=require"
+        );
+        assert_eq!(
+            mask_url("redis://:s3cret@10.0.0.1:6379"),
+            "redis://:****@10.0.0.1:6379"
+        );
+        assert_eq!(mask_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        // Not a URL but looks like credentials: hide all of it.
+        assert_eq!(mask_url("app:hunter2@db"), "****");
+    }
+
+    #[test]
+    fn settings_debug_shows_no_secret() {
+        let s = Settings {
+            database_url: SecretString::from("postgres://a:pw-db-secret@h/d".to_string()),
+            redis: RedisTarget::Cluster(vec!["redis://:pw-redis-secret@h:1".into()]),
+            key_prefix: "fs".into(),
+            user_keys: KeyRing::from_keys(&[("u1", &[1u8; 32])]).unwrap(),
+            admission_keys: KeyRing::from_keys(&[("a1", &[2u8; 32])]).unwrap(),
+            payment_webhook_secrets: vec![SecretString::from("whsec-secret".to_string())],
+            addr: "127.0.0.1:0".parse().unwrap(),
+            sweep_interval: Duration::from_secs(1),
+            reconcile_interval: Duration::from_secs(1),
+            settle_claim_idle: Duration::from_secs(1),
+            max_in_flight: 1,
+            shutdown_grace: Duration::from_secs(1),
+            dev_mode: false,
+        };
+        let text = format!("{s:?}");
+        for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {
+            assert!(!text.contains(secret), "{secret} leaked in {text}");
+        }
+        assert!(text.contains("u1") && text.contains("a1"), "{text}");
+    }
+
+    #[test]
+    fn the_table_lists_every_variable_once() {
+        let table = markdown_table();
+        for v in ENV_VARS {
+            assert_eq!(table.matches(&format!("| `{}` |", v.name)).count(), 1);
+        }
     }
 }

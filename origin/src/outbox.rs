@@ -98,7 +98,8 @@ pub async fn relay_once<S: Sink>(
     Ok(events.len())
 }
 
-/// Runs the relay until cancelled.
+/// Runs the relay until cancelled, then publishes what is left (a clean
+/// shutdown leaves no event waiting for the next start).
 pub async fn run<S: Sink>(pool: PgPool, sink: S, stop: CancellationToken) {
     loop {
         let pause = match relay_once(&pool, &sink, 100, false).await {
@@ -110,8 +111,23 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, stop: CancellationToken) {
             }
         };
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    // The caller bounds this loop by its shutdown grace; a failure leaves
+    // the rest in the outbox, where the next relay finds it.
+    loop {
+        match relay_once(&pool, &sink, 100, false).await {
+            Ok(100) => continue,
+            Ok(n) => {
+                tracing::info!(published = n, "outbox flushed");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox flush failed; events stay for the next relay");
+                return;
+            }
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Building and running the origin: connections, shared state, the HTTP
 //! server on its listener, the background workers, and graceful shutdown
-//! (SIGINT/SIGTERM: stop accepting, finish in-flight requests, stop workers).
+//! (SIGINT/SIGTERM: stop accepting, finish in-flight requests, then stop the
+//! workers cleanly, all within a bounded grace).
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,7 +57,7 @@ impl AppState {
     /// Connects to Postgres (and migrates) and Redis; binds nothing (the
     /// worker-only subcommands use this too).
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
-        let pool = pg_pool(&settings.database_url)?;
+        let pool = pg_pool(settings.database_url())?;
         migrate(&pool)
             .await
             .context("Postgres must be reachable at start (DATABASE_URL)")?;
@@ -136,12 +138,14 @@ pub fn pg_pool(url: &str) -> anyhow::Result<PgPool> {
         .with_context(|| "DATABASE_URL is not a valid Postgres URL")
 }
 
+/// The migrations compiled into the binary (`migrations/`).
+pub fn migrator() -> sqlx::migrate::Migrator {
+    sqlx::migrate!("../migrations")
+}
+
 /// Applies `migrations/`.
 pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    sqlx::migrate!("../migrations")
-        .run(pool)
-        .await
-        .context("applying migrations")
+    migrator().run(pool).await.context("applying migrations")
 }
 
 /// A built, bound, not yet running origin.
@@ -178,26 +182,38 @@ impl Application {
         self.state.clone()
     }
 
-    /// Serves until `stop` is cancelled, then drains and stops the workers.
+    /// Serves until `stop` is cancelled, then shuts down in order, within
+    /// `settings.shutdown_grace`:
+    ///
+    /// 1. the listener closes and in-flight requests finish (the workers
+    ///    keep running meanwhile, so the settler keeps up with them);
+    /// 2. the workers are told to stop: the settler finishes the batch it
+    ///    is in (commit + ack) and takes no new one, the outbox relay
+    ///    publishes what is left, sweep and reconciler stop;
+    /// 3. if the grace runs out first, what is left is dropped: an
+    ///    uncommitted settlement transaction rolls back and its entries stay
+    ///    pending in the stream for the next worker (XAUTOCLAIM), so nothing
+    ///    is lost, and the call returns an error (exit code 1).
     pub async fn run_until_stopped(self, stop: CancellationToken) -> anyhow::Result<()> {
         let state = self.state;
+        let workers_stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         if self.workers.sweep {
             tasks.spawn(sweep::run(
                 state.engine.clone(),
                 state.sales.clone(),
                 state.settings.sweep_interval,
-                stop.clone(),
+                workers_stop.clone(),
             ));
         }
         if self.workers.settle {
-            tasks.spawn(state.settler().run(stop.clone()));
+            tasks.spawn(state.settler().run(workers_stop.clone()));
         }
         if self.workers.relay {
             tasks.spawn(outbox::run(
                 state.pool.clone(),
                 outbox::RedisStreamSink::new(state.engine.conn.clone(), &state.settings.key_prefix),
-                stop.clone(),
+                workers_stop.clone(),
             ));
         }
         if self.workers.reconcile {
@@ -206,20 +222,51 @@ impl Application {
                 state.pool.clone(),
                 state.sales.clone(),
                 state.settings.reconcile_interval,
-                stop.clone(),
+                workers_stop.clone(),
             ));
         }
         tracing::info!(port = self.port, "origin listening");
         let app = routes::router(state.clone());
         let server_stop = stop.clone();
-        axum::serve(self.listener, app)
+        let server = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { server_stop.cancelled().await })
-            .await
-            .context("HTTP server")?;
-        stop.cancel();
-        while tasks.join_next().await.is_some() {}
-        tracing::info!("origin stopped");
-        Ok(())
+            .into_future();
+        tokio::pin!(server);
+        // Serve until asked to stop (or until the server fails on its own).
+        let early = tokio::select! {
+            r = &mut server => Some(r),
+            _ = stop.cancelled() => None,
+        };
+        let grace = state.settings.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        tracing::info!(?grace, "stopping: draining requests, then workers");
+        let drained = tokio::time::timeout_at(deadline, async {
+            let served = match early {
+                Some(r) => r,
+                None => server.await,
+            };
+            tracing::info!("requests drained; stopping workers");
+            workers_stop.cancel();
+            while tasks.join_next().await.is_some() {}
+            served
+        })
+        .await;
+        match drained {
+            Ok(served) => {
+                served.context("HTTP server")?;
+                tracing::info!("origin stopped");
+                Ok(())
+            }
+            Err(_) => {
+                workers_stop.cancel();
+                tasks.abort_all();
+                tracing::error!(
+                    ?grace,
+                    "shutdown grace ran out: unfinished requests were cut; an unfinished settlement batch rolled back and stays pending for the next worker"
+                );
+                anyhow::bail!("shutdown took longer than ORIGIN_SHUTDOWN_GRACE_MS ({grace:?})")
+            }
+        }
     }
 }
 

@@ -98,13 +98,27 @@ impl Drop for TestDb {
     }
 }
 
-/// Deterministic-per-run test keys.
-pub fn ring(kid: &str) -> KeyRing {
+fn ring_secret(kid: &str) -> [u8; 32] {
     let mut secret = [0u8; 32];
     for (i, b) in kid.bytes().cycle().take(32).enumerate() {
         secret[i] = b.wrapping_add(i as u8);
     }
-    KeyRing::from_keys(&[(kid, &secret)]).unwrap()
+    secret
+}
+
+/// Deterministic-per-run test keys.
+pub fn ring(kid: &str) -> KeyRing {
+    KeyRing::from_keys(&[(kid, &ring_secret(kid))]).unwrap()
+}
+
+/// The same ring as [`ring`], as the `kid:base64key` text of the
+/// environment (for running the `origin` binary).
+pub fn ring_env(kid: &str) -> String {
+    use base64::Engine;
+    format!(
+        "{kid}:{}",
+        base64::engine::general_purpose::STANDARD.encode(ring_secret(kid))
+    )
 }
 
 pub fn now_secs() -> u64 {
@@ -160,17 +174,18 @@ impl TestApp {
         let db = TestDb::create().await;
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let settings = Settings {
-            database_url: db.url.clone(),
+            database_url: db.url.clone().into(),
             redis: opts.redis.clone(),
             key_prefix: prefix.clone(),
             user_keys: ring("usr1"),
             admission_keys: ring("adm1"),
-            payment_webhook_secret: Some("whsec_test".into()),
+            payment_webhook_secrets: vec!["whsec_test".to_string().into()],
             addr: "127.0.0.1:0".parse().unwrap(),
             sweep_interval: opts.sweep_interval,
             reconcile_interval: opts.reconcile_interval,
             settle_claim_idle: Duration::from_millis(500),
             max_in_flight: opts.max_in_flight,
+            shutdown_grace: Duration::from_secs(10),
             dev_mode: true,
         };
         let app = Application::build(settings, opts.workers)
@@ -582,4 +597,94 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
         }
     }
     out
+}
+
+/// The real `origin serve` binary as a child process, pointed at a
+/// [`TestApp`]'s database, Redis and key prefix (the in-process app there
+/// serves only as the test's handle on Postgres and Redis). For what only a
+/// real process shows: signals, exit codes, restarts.
+pub struct OriginProcess {
+    pub addr: String,
+    child: tokio::process::Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl OriginProcess {
+    /// Starts `bin serve` on a free port with `extra` environment on top of
+    /// the app's settings, and waits until `/readyz` answers 200.
+    pub async fn start(bin: &std::path::Path, app: &TestApp, extra: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let redis_env = match &app.redis {
+            RedisTarget::Single(url) => ("REDIS_URL", url.clone()),
+            RedisTarget::Cluster(seeds) => ("REDIS_CLUSTER_NODES", seeds.join(",")),
+        };
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("serve")
+            .env_clear()
+            .env("DATABASE_URL", &app.db.url)
+            .env(redis_env.0, redis_env.1)
+            .env("REDIS_KEY_PREFIX", &app.prefix)
+            .env("USER_TOKEN_KEYS", ring_env("usr1"))
+            .env("ADMISSION_TOKEN_KEYS", ring_env("adm1"))
+            .env("ORIGIN_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info,sqlx=warn")
+            .envs(extra.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log file"))
+            .kill_on_drop(true);
+        let child = cmd.spawn().expect("origin binary starts");
+        let me = OriginProcess {
+            addr: format!("http://127.0.0.1:{port}"),
+            child,
+            log,
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ready = client
+                .get(format!("{}/readyz", me.addr))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return me;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "origin did not become ready:\n{}",
+                me.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping the container does.
+    pub fn sigterm(&self) {
+        let pid = self.child.id().expect("still running");
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -TERM {pid}");
+    }
+
+    /// Waits for the process to exit (at most `limit`); returns its status
+    /// and how long it took.
+    pub async fn exit_within(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
+        let t0 = Instant::now();
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => (status.expect("wait"), t0.elapsed()),
+            Err(_) => panic!(
+                "origin still running {limit:?} after being told to stop:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// What the process logged so far (stderr).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
 }

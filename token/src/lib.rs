@@ -302,6 +302,26 @@ impl KeyRing {
         Self::parse(&text)
     }
 
+    /// The kids of every key loaded, signing key first (for operators'
+    /// reports; never the secrets).
+    pub fn kids(&self) -> Vec<&str> {
+        self.keys.iter().map(|k| k.kid.as_str()).collect()
+    }
+
+    /// A pair of kids (`self`, `other`) whose secrets are the same bytes.
+    /// Two rings with different trust (the shop's user keys and the
+    /// admission keys) must never share one: whoever holds the first could
+    /// then mint tokens of the second.
+    pub fn shares_secret_with<'a>(&'a self, other: &'a KeyRing) -> Option<(&'a str, &'a str)> {
+        self.keys.iter().find_map(|a| {
+            other
+                .keys
+                .iter()
+                .find(|b| a.secret == b.secret)
+                .map(|b| (a.kid.as_str(), b.kid.as_str()))
+        })
+    }
+
     /// The kid that signs new tokens.
     pub fn signing_kid(&self) -> &str {
         &self.keys[0].kid
@@ -425,6 +445,16 @@ mod tests {
         };
         assert_eq!(r.verify(&t_old, expect, 1_010).unwrap(), c);
         assert_eq!(old.verify(&t, expect, 1_010), Err(TokenError::UnknownKid));
+    }
+
+    #[test]
+    fn shared_secrets_between_rings_are_found_by_kid() {
+        let users = ring();
+        let admission = KeyRing::from_keys(&[("a1", &[1u8; 32]), ("a0", &[9u8; 32])]).unwrap();
+        assert_eq!(users.shares_secret_with(&admission), Some(("k0", "a0")));
+        let apart = KeyRing::from_keys(&[("a1", &[1u8; 32])]).unwrap();
+        assert_eq!(users.shares_secret_with(&apart), None);
+        assert_eq!(users.kids(), ["k1", "k0"]);
     }
 
     #[test]

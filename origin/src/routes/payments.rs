@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -137,15 +138,10 @@ pub async fn purchase(
 
 fn secrets(app: &AppState) -> Vec<String> {
     app.settings
-        .payment_webhook_secret
-        .as_deref()
-        .map(|s| {
-            s.split(',')
-                .map(|x| x.trim().to_string())
-                .filter(|x| !x.is_empty())
-                .collect()
-        })
-        .unwrap_or_default()
+        .payment_webhook_secrets
+        .iter()
+        .map(|s| s.expose_secret().to_string())
+        .collect()
 }
 
 pub async fn webhook(
