@@ -128,7 +128,11 @@ impl SoldOutFlag {
 struct Cached {
     sale: Option<Arc<Sale>>,
     fetched: Instant,
+    /// A background reload is under way (at most one per sale).
+    reloading: bool,
 }
+
+type Cache = Arc<RwLock<HashMap<String, Cached>>>;
 
 /// How long a loaded sale config is reused before Postgres is asked again.
 const CONFIG_TTL: Duration = Duration::from_secs(5);
@@ -139,7 +143,7 @@ const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 pub struct SaleRegistry {
     pool: PgPool,
     prefix: String,
-    cache: RwLock<HashMap<String, Cached>>,
+    cache: Cache,
     flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
     pub epoch: Instant,
 }
@@ -149,34 +153,61 @@ impl SaleRegistry {
         SaleRegistry {
             pool,
             prefix,
-            cache: RwLock::new(HashMap::new()),
+            cache: Arc::new(RwLock::new(HashMap::new())),
             flags: Default::default(),
             epoch: Instant::now(),
         }
     }
 
     /// The sale, or `None` if it does not exist.
+    ///
+    /// A known sale's config older than its TTL is still answered at once
+    /// while one background task reloads it: the reservation path never
+    /// waits on Postgres for a sale it has seen, and keeps selling from Redis
+    /// while Postgres is down (the config it sells by is at most as old as
+    /// the outage). Only the first sight of a sale id reads Postgres inline.
     pub async fn get(&self, id: &str) -> Result<Option<Arc<Sale>>, sqlx::Error> {
         if !valid_sale_id(id) {
             return Ok(None);
         }
         if let Some(c) = self.cache.read().await.get(id) {
-            let ttl = if c.sale.is_some() {
-                CONFIG_TTL
-            } else {
-                NEGATIVE_TTL
-            };
-            if c.fetched.elapsed() < ttl {
-                return Ok(c.sale.clone());
+            match &c.sale {
+                Some(_) if c.fetched.elapsed() >= CONFIG_TTL && !c.reloading => {}
+                Some(sale) => return Ok(Some(sale.clone())),
+                None if c.fetched.elapsed() < NEGATIVE_TTL => return Ok(None),
+                None => {}
             }
         }
-        let row = load_sale(&self.pool, id).await?;
-        let sale = row.map(|cfg| Arc::new(Sale::new(cfg, &self.prefix)));
+        let stale = {
+            let mut cache = self.cache.write().await;
+            match cache.get_mut(id) {
+                Some(c) if c.sale.is_some() => {
+                    if !c.reloading && c.fetched.elapsed() >= CONFIG_TTL {
+                        c.reloading = true;
+                        tokio::spawn(reload(
+                            self.pool.clone(),
+                            self.prefix.clone(),
+                            self.cache.clone(),
+                            id.to_string(),
+                        ));
+                    }
+                    c.sale.clone()
+                }
+                _ => None,
+            }
+        };
+        if stale.is_some() {
+            return Ok(stale);
+        }
+        let sale = load_sale(&self.pool, id)
+            .await?
+            .map(|cfg| Arc::new(Sale::new(cfg, &self.prefix)));
         self.cache.write().await.insert(
             id.to_string(),
             Cached {
                 sale: sale.clone(),
                 fetched: Instant::now(),
+                reloading: false,
             },
         );
         Ok(sale)
@@ -192,13 +223,15 @@ impl SaleRegistry {
             .clone()
     }
 
-    /// Sales whose holds may still need sweeping: started or about to, and
-    /// not ended long ago.
+    /// The sales the background workers (settlement, sweep, reconciler)
+    /// look after: from a day before the start until a day after the last
+    /// hold could have expired, so a settlement backlog left by a long
+    /// Postgres outage still drains after the sale has ended.
     pub async fn active(&self) -> Result<Vec<Arc<Sale>>, sqlx::Error> {
         let rows: Vec<SaleConfig> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM sales
              WHERE starts_at <= now() + interval '1 day'
-               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) > now())"
+               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) + interval '1 day' > now())"
         ))
         .fetch_all(&self.pool)
         .await?;
@@ -211,6 +244,25 @@ impl SaleRegistry {
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor";
+
+/// Reloads one cached sale config; on failure keeps the old one and tries
+/// again after the TTL.
+async fn reload(pool: PgPool, prefix: String, cache: Cache, id: String) {
+    let loaded = load_sale(&pool, &id).await;
+    let mut cache = cache.write().await;
+    let Some(c) = cache.get_mut(&id) else { return };
+    c.reloading = false;
+    c.fetched = Instant::now();
+    match loaded {
+        Ok(Some(cfg)) => c.sale = Some(Arc::new(Sale::new(cfg, &prefix))),
+        // A sale is never deleted while it sells; keep what we had.
+        Ok(None) => {}
+        Err(e) => {
+            metrics::counter!("flashsale_sale_config_reload_failures_total").increment(1);
+            tracing::warn!(sale = %id, error = %e, "cannot reload sale config; selling by the cached one");
+        }
+    }
+}
 
 async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))

@@ -1,0 +1,115 @@
+//! Postgres down during a sale: the origin keeps selling from Redis by the
+//! sale config it already has, readiness names Postgres, the settlement
+//! backlog waits in the streams, and once Postgres is back it drains so
+//! that Postgres holds exactly what Redis granted (invariants 1 and 3).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use tests::{TestApp, pg_admin_url, sale_spec};
+
+/// Cuts this test's database off: existing connections are terminated and
+/// no new one is allowed, as if its Postgres were unreachable.
+async fn postgres_down(app: &TestApp, down: bool) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&pg_admin_url()).await.unwrap();
+    sqlx::query(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS {}",
+        app.db.name, !down
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    if down {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(&app.db.name)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("pgdown", 100, 2, 2)).await;
+    let reserve = |i: usize| {
+        let app = &app;
+        async move {
+            let token = app.admit(&format!("acct-{i}"), "pgdown");
+            let t0 = Instant::now();
+            let (status, body, _) = app
+                .reserve(
+                    "pgdown",
+                    Some(&token),
+                    Some(&format!("k-{i}")),
+                    r#"{"qty":1}"#,
+                )
+                .await;
+            assert_eq!(status, 202, "{body}");
+            (
+                body["reservation_id"].as_str().unwrap().to_string(),
+                t0.elapsed(),
+            )
+        }
+    };
+    let mut told = HashSet::new();
+    told.insert(reserve(0).await.0);
+
+    postgres_down(&app, true).await;
+    // Past the config TTL, so that selling relies on the cached config.
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    for i in 1..=20 {
+        let (id, took) = reserve(i).await;
+        assert!(
+            took < Duration::from_millis(500),
+            "reservation {i} took {took:?}"
+        );
+        told.insert(id);
+    }
+    let (status, body) = app.get("/readyz", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["checks"]["postgres"], "unavailable", "{body}");
+    let s = app.state.sales.get("pgdown").await.unwrap().unwrap();
+    let lag = origin::settlement::lag(&app.state.engine, &s)
+        .await
+        .unwrap();
+    assert!(lag >= 20, "the backlog waits in the streams: lag {lag}");
+
+    postgres_down(&app, false).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while origin::settlement::lag(&app.state.engine, &s)
+        .await
+        .unwrap()
+        > 0
+    {
+        assert!(Instant::now() < deadline, "settlement did not catch up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let settled: HashSet<String> = sqlx::query_scalar(
+        "SELECT id FROM reservations WHERE sale_id = 'pgdown' AND status = 'settled'",
+    )
+    .fetch_all(&app.state.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    assert_eq!(settled, told);
+    let mut conn = app.redis().await;
+    let mut in_redis = HashSet::new();
+    for k in &s.shards {
+        let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+        in_redis.extend(h.into_keys());
+    }
+    assert_eq!(in_redis, told);
+    let held: i32 = sqlx::query_scalar("SELECT held FROM inventory WHERE sale_id = 'pgdown'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 21);
+    let (status, _) = app.get("/readyz", None).await;
+    assert_eq!(status, 200);
+}
