@@ -70,7 +70,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "USER_TOKEN_KEYS",
         default: Fallback::Required,
         secret: true,
-        meaning: "`kid:base64key[,…]` shared with the shop, which mints `user` tokens; the first key signs, all verify; at least 32 bytes each",
+        meaning: "`kid:base64key[,…]` shared with the shop, which mints `user` tokens; the first key signs, all verify; at least 16 bytes each (32 recommended)",
     },
     EnvVar {
         name: "ADMISSION_TOKEN_KEYS",
@@ -151,7 +151,8 @@ pub const ENV_VARS: &[EnvVar] = &[
 pub enum RedisTarget {
     /// `REDIS_URL`: one Redis.
     Single(String),
-    /// `REDIS_CLUSTER_NODES`: seed URLs of a Redis Cluster.
+    /// `REDIS_CLUSTER_NODES`: seeds of a Redis Cluster, each `host:port` or
+    /// a `redis://` URL (with credentials for AUTH).
     Cluster(Vec<String>),
 }
 

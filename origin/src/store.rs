@@ -74,7 +74,16 @@ pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
             ))
         }
         RedisTarget::Cluster(nodes) => {
-            let urls: Vec<String> = nodes.iter().map(|n| format!("redis://{n}")).collect();
+            let urls: Vec<String> = nodes
+                .iter()
+                .map(|n| {
+                    if n.contains("://") {
+                        n.clone()
+                    } else {
+                        format!("redis://{n}")
+                    }
+                })
+                .collect();
             let client = redis::cluster::ClusterClient::builder(urls)
                 .response_timeout(RESPONSE_TIMEOUT)
                 .connection_timeout(CONNECT_TIMEOUT)
