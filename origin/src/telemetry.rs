@@ -18,6 +18,8 @@ pub fn init_tracing(default_filter: &str) {
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
+            // Colour codes only for a person at a terminal, never in collected logs.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false);
         let _ = match crate::configuration::log_format() {
             Ok(crate::configuration::LogFormat::Json) => builder.json().try_init(),

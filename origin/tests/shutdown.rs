@@ -276,3 +276,31 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
             .success()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_flushes_the_outbox() {
+    let app = control().await;
+    let mut origin = OriginProcess::start(bin(), &app, &[]).await;
+    // Let the relay settle into its idle pause, then add events and stop at
+    // once: only the flush on the way out can publish them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sqlx::query(
+        "INSERT INTO outbox (event_id, type, payload)
+         SELECT 'evt-' || g, 'test.event', '{}' FROM generate_series(1, 150) g",
+    )
+    .execute(&app.state.pool)
+    .await
+    .unwrap();
+    origin.sigterm();
+    let (status, _) = origin.exit_within(Duration::from_secs(10)).await;
+    assert!(status.success(), "{}", origin.log());
+    let unpublished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(unpublished, 0, "{}", origin.log());
+    let mut conn = app.redis().await;
+    let published: i64 = conn.xlen(format!("{}:events", app.prefix)).await.unwrap();
+    assert_eq!(published, 150);
+}
