@@ -4,7 +4,7 @@
 //! and, once settled, in Postgres exactly once; nothing is left pending on
 //! the stopped worker; the units add up.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,16 +32,6 @@ async fn control() -> TestApp {
 
 async fn sale(app: &TestApp, id: &str) -> Arc<Sale> {
     app.state.sales.get(id).await.unwrap().unwrap()
-}
-
-async fn redis_holds(app: &TestApp, s: &Sale) -> HashSet<String> {
-    let mut conn = app.redis().await;
-    let mut ids = HashSet::new();
-    for k in &s.shards {
-        let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
-        ids.extend(h.into_keys());
-    }
-    ids
 }
 
 async fn postgres_holds(app: &TestApp, id: &str) -> HashSet<String> {
@@ -157,7 +147,7 @@ async fn sigterm_during_a_reservation_race_loses_nothing() {
     // Right after a clean stop: every hold a client was told about is in
     // Redis, and no more; the stopped worker left nothing pending.
     let s = sale(&app, "term").await;
-    assert_eq!(redis_holds(&app, &s).await, told);
+    assert_eq!(app.redis_hold_ids("term").await, told);
     assert_eq!(
         pending(&app, &s).await,
         0,
@@ -261,7 +251,7 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
     let mut second = OriginProcess::start(bin(), &app, &[("SETTLE_CLAIM_IDLE_MS", "500")]).await;
     wait_drained(&app, &s, &second).await;
     assert_eq!(postgres_holds(&app, "stuck").await, told);
-    assert_eq!(redis_holds(&app, &s).await, told);
+    assert_eq!(app.redis_hold_ids("stuck").await, told);
     let held: i32 = sqlx::query_scalar("SELECT held FROM inventory WHERE sale_id = 'stuck'")
         .fetch_one(&app.state.pool)
         .await

@@ -225,6 +225,24 @@ impl TestApp {
         }
     }
 
+    /// The ids of every hold Redis keeps for `sale`, over all its shards.
+    pub async fn redis_hold_ids(&self, sale: &str) -> HashSet<String> {
+        let s = self
+            .state
+            .sales
+            .get(sale)
+            .await
+            .unwrap()
+            .expect("sale exists");
+        let mut conn = self.redis().await;
+        let mut ids = HashSet::new();
+        for k in &s.shards {
+            let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+            ids.extend(h.into_keys());
+        }
+        ids
+    }
+
     /// A Redis connection of the kind the app uses.
     pub async fn redis(&self) -> origin::store::RedisConn {
         origin::store::connect(&self.redis).await.expect("redis")

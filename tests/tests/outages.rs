@@ -3,10 +3,9 @@
 //! backlog waits in the streams, and once Postgres is back it drains so
 //! that Postgres holds exactly what Redis granted (invariants 1 and 3).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
 use tests::{TestApp, pg_admin_url, sale_spec};
 
 /// Cuts this test's database off: existing connections are terminated and
@@ -98,13 +97,7 @@ async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
     .into_iter()
     .collect();
     assert_eq!(settled, told);
-    let mut conn = app.redis().await;
-    let mut in_redis = HashSet::new();
-    for k in &s.shards {
-        let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
-        in_redis.extend(h.into_keys());
-    }
-    assert_eq!(in_redis, told);
+    assert_eq!(app.redis_hold_ids("pgdown").await, told);
     let held: i32 = sqlx::query_scalar("SELECT held FROM inventory WHERE sale_id = 'pgdown'")
         .fetch_one(&app.state.pool)
         .await

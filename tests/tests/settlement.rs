@@ -2,7 +2,7 @@
 //! cold rebuild after Redis loses its data — all against real Redis and
 //! Postgres.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -50,17 +50,6 @@ async fn live_ids(app: &TestApp, sale: &str) -> HashSet<String> {
     .collect()
 }
 
-async fn redis_hold_ids(app: &TestApp, sale: &str) -> HashSet<String> {
-    let s = app.state.sales.get(sale).await.unwrap().unwrap();
-    let mut conn = app.redis().await;
-    let mut ids = HashSet::new();
-    for k in &s.shards {
-        let h: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
-        ids.extend(h.into_keys());
-    }
-    ids
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_then_settle_postgres_holds_exactly_what_redis_granted() {
     let app = TestApp::spawn().await;
@@ -72,7 +61,7 @@ async fn race_then_settle_postgres_holds_exactly_what_redis_granted() {
         r.ids,
         "Postgres has exactly the granted holds"
     );
-    assert_eq!(redis_hold_ids(&app, "settle").await, r.ids);
+    assert_eq!(app.redis_hold_ids("settle").await, r.ids);
     assert_eq!(
         inventory(&app, "settle").await,
         (1_000, 1_000, 0),
@@ -420,7 +409,7 @@ async fn redis_losing_its_data_mid_sale_is_503_then_rebuilt_and_selling_goes_on(
         .unwrap();
     assert_eq!(rebuilt, vec![0, 1]);
     assert_eq!(
-        redis_hold_ids(&app, "cold").await,
+        app.redis_hold_ids("cold").await,
         before,
         "no unit Postgres knows is lost"
     );
