@@ -48,6 +48,24 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A free loopback port for a Redis Cluster node, whose cluster bus listens
+/// on port + 10000: both must be free, so the port must be ≤ 55535 — which
+/// the kernel's ephemeral range (up to 60999) does not promise.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = 20_000 + (rand_u16() % 25_000);
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+}
+
+fn rand_u16() -> u16 {
+    let b = uuid::Uuid::new_v4().into_bytes();
+    u16::from_le_bytes([b[0], b[1]])
+}
+
 /// A throwaway database; dropped (forcibly) when this value is dropped.
 pub struct TestDb {
     pub name: String,
@@ -373,9 +391,14 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts one; `extra` are additional `redis-server` arguments.
     pub fn start(extra: &[&str]) -> RedisServer {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// Starts one on `port`.
+    pub fn start_on(port: u16, extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
         let mut s = RedisServer {
-            port: free_port(),
+            port,
             dir,
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
@@ -455,16 +478,19 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                    "--appendonly",
-                    "no",
-                ])
+                RedisServer::start_on(
+                    free_cluster_port(),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                        "--appendonly",
+                        "no",
+                    ],
+                )
             })
             .collect();
         let addrs: Vec<String> = nodes
