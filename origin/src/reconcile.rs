@@ -36,12 +36,16 @@ pub struct Report {
     pub sale: String,
     /// Entries not yet settled; when > 0 nothing was compared or repaired.
     pub lag: i64,
-    /// Σ over shards of (Redis stock − stock Postgres implies).
+    /// Σ over shards of |Redis stock − stock Postgres implies|: absolute,
+    /// so drifts in opposite directions on two shards cannot hide each other.
     pub drift: i64,
     pub repaired_shards: Vec<usize>,
     pub rebuilt_shards: Vec<usize>,
     /// Shards whose hold records disagree with Postgres (not auto-repaired).
     pub mismatched_shards: Vec<usize>,
+    /// Settlement entries parked in the sale's dead-letter streams (each
+    /// needs an operator: docs/operations.md, "Dead letters").
+    pub dead_letters: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -93,7 +97,11 @@ pub async fn reconcile_sale(
         if !exists {
             lost.push(i);
         }
+        let parked: i64 = conn.xlen(&k.dead_letter).await?;
+        report.dead_letters += parked;
     }
+    metrics::gauge!("flashsale_dead_letter_entries", "sale" => cfg.id.clone())
+        .set(report.dead_letters as f64);
     if !lost.is_empty() {
         if repair {
             report.rebuilt_shards = rebuild_sale(engine, pool, sale).await?;
@@ -130,7 +138,7 @@ pub async fn reconcile_sale(
         }
         let observed: i64 = stock.parse().unwrap_or(i64::MIN);
         let drift = observed - expected;
-        report.drift += drift;
+        report.drift += drift.abs();
         if drift != 0 {
             tracing::warn!(sale = %cfg.id, shard = i, redis = observed, postgres = expected, drift, "reconcile: stock drift");
             if repair {
@@ -151,6 +159,8 @@ pub async fn reconcile_sale(
         }
     }
     metrics::gauge!("flashsale_drift_units", "sale" => cfg.id.clone()).set(report.drift as f64);
+    metrics::gauge!("flashsale_mismatched_shards", "sale" => cfg.id.clone())
+        .set(report.mismatched_shards.len() as f64);
     Ok(report)
 }
 

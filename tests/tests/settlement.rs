@@ -212,6 +212,21 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
     );
     let dlq: i64 = conn.xlen(&k.dead_letter).await.unwrap();
     assert_eq!(dlq, 1);
+    let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
+        .await
+        .unwrap();
+    assert_eq!(r.dead_letters, 1, "the reconciler reports parked entries");
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.addr))
+        .send()
+        .await
+        .unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        metrics.contains("flashsale_dead_letter_entries{sale=\"redo\"} 1"),
+        "dead letters are a metric to alarm on"
+    );
     assert_eq!(
         origin::settlement::lag(&app.state.engine, &sale)
             .await
@@ -366,6 +381,13 @@ async fn drift_is_reported_and_repaired_but_never_while_settlement_is_behind() {
         .await
         .unwrap();
     assert_eq!((r.drift, r.repaired_shards), (3, vec![0]));
+    // Opposite drifts on two shards do not cancel out.
+    let _: i64 = conn.incr(&sale.shards[0].stock, 5).await.unwrap();
+    let _: i64 = conn.decr(&sale.shards[1].stock, 5).await.unwrap();
+    let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!((r.drift, r.repaired_shards), (10, vec![0, 1]));
     app.stop().await;
 }
 
