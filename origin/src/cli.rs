@@ -191,8 +191,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Settle => {
             telemetry::init_tracing("info,sqlx=warn");
             let state = AppState::connect(Settings::from_env()?).await?;
-            state.settler().run(startup::stop_on_signals()).await;
-            Ok(())
+            let stop = startup::stop_on_signals();
+            let grace = state.settings.shutdown_grace;
+            let settler = state.settler().run(stop.clone());
+            tokio::pin!(settler);
+            tokio::select! {
+                _ = &mut settler => return Ok(()),
+                _ = stop.cancelled() => {}
+            }
+            // The batch in hand commits and is acked, or, past the grace, is
+            // dropped: its transaction rolls back and its entries stay
+            // pending for the next worker.
+            tokio::time::timeout(grace, settler).await.map_err(|_| {
+                anyhow::anyhow!("settlement batch outlasted ORIGIN_SHUTDOWN_GRACE_MS ({grace:?})")
+            })
         }
         Command::Reconcile { once } => {
             telemetry::init_tracing("info,sqlx=warn");

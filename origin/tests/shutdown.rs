@@ -294,3 +294,27 @@ async fn a_clean_stop_flushes_the_outbox() {
     let published: i64 = conn.xlen(format!("{}:events", app.prefix)).await.unwrap();
     assert_eq!(published, 150);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settle_worker_alone_stops_cleanly_on_sigterm() {
+    let app = control().await;
+    app.create_sale(sale_spec("solo", 100, 2, 2)).await;
+    let t = app.admit("solo-1", "solo");
+    assert_eq!(
+        app.reserve("solo", Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    let mut worker = OriginProcess::spawn(bin(), &app, &["settle"], &[]);
+    let s = sale(&app, "solo").await;
+    wait_drained(&app, &s, &worker).await;
+    assert_eq!(postgres_holds(&app, "solo").await.len(), 1);
+    worker.sigterm();
+    let (status, took) = worker.exit_within(Duration::from_secs(10)).await;
+    assert!(
+        status.success() && took < Duration::from_secs(3),
+        "{status:?} {took:?}:\n{}",
+        worker.log()
+    );
+}

@@ -657,33 +657,7 @@ impl OriginProcess {
     /// Starts `bin serve` on a free port with `extra` environment on top of
     /// the app's settings, and waits until `/readyz` answers 200.
     pub async fn start(bin: &std::path::Path, app: &TestApp, extra: &[(&str, &str)]) -> Self {
-        let port = free_port();
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let redis_env = match &app.redis {
-            RedisTarget::Single(url) => ("REDIS_URL", url.clone()),
-            RedisTarget::Cluster(seeds) => ("REDIS_CLUSTER_NODES", seeds.join(",")),
-        };
-        let mut cmd = tokio::process::Command::new(bin);
-        cmd.arg("serve")
-            .env_clear()
-            .env("DATABASE_URL", &app.db.url)
-            .env(redis_env.0, redis_env.1)
-            .env("REDIS_KEY_PREFIX", &app.prefix)
-            .env("USER_TOKEN_KEYS", ring_env("usr1"))
-            .env("ADMISSION_TOKEN_KEYS", ring_env("adm1"))
-            .env("ORIGIN_ADDR", format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "info,sqlx=warn")
-            .envs(extra.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().expect("log file"))
-            .kill_on_drop(true);
-        let child = cmd.spawn().expect("origin binary starts");
-        let me = OriginProcess {
-            addr: format!("http://127.0.0.1:{port}"),
-            child,
-            log,
-        };
+        let me = Self::spawn(bin, app, &["serve"], extra);
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -701,6 +675,42 @@ impl OriginProcess {
                 me.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts `bin ARGS…` with the app's settings (and `extra`); does not wait.
+    pub fn spawn(
+        bin: &std::path::Path,
+        app: &TestApp,
+        args: &[&str],
+        extra: &[(&str, &str)],
+    ) -> Self {
+        let port = free_port();
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let redis_env = match &app.redis {
+            RedisTarget::Single(url) => ("REDIS_URL", url.clone()),
+            RedisTarget::Cluster(seeds) => ("REDIS_CLUSTER_NODES", seeds.join(",")),
+        };
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.args(args)
+            .env_clear()
+            .env("DATABASE_URL", &app.db.url)
+            .env(redis_env.0, redis_env.1)
+            .env("REDIS_KEY_PREFIX", &app.prefix)
+            .env("USER_TOKEN_KEYS", ring_env("usr1"))
+            .env("ADMISSION_TOKEN_KEYS", ring_env("adm1"))
+            .env("ORIGIN_ADDR", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info,sqlx=warn")
+            .envs(extra.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().expect("log file"))
+            .kill_on_drop(true);
+        let child = cmd.spawn().expect("origin binary starts");
+        OriginProcess {
+            addr: format!("http://127.0.0.1:{port}"),
+            child,
+            log,
         }
     }
 
