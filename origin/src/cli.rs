@@ -95,6 +95,32 @@ pub struct ServeArgs {
 pub enum SaleCommand {
     /// Writes the sale to Postgres, initializes Redis and prints it as JSON.
     Create(CreateArgs),
+    /// Changes the admission pace or the end of a sale; prints it as JSON.
+    /// Running origins pick it up within 5 s, the edge from them.
+    Update {
+        #[arg(long)]
+        sale: String,
+        /// People admitted per second by the edge.
+        #[arg(long)]
+        admission_rate: Option<f64>,
+        #[arg(long)]
+        admission_factor: Option<f64>,
+        /// RFC 3339 time or `now`.
+        #[arg(long, value_parser = parse_time)]
+        ends_at: Option<DateTime<Utc>>,
+    },
+    /// Ends a sale now (410 sale_ended from then on; granted holds stay
+    /// payable until they expire); prints it as JSON.
+    End {
+        #[arg(long)]
+        sale: String,
+    },
+    /// The sale as it stands: config, phase, Postgres inventory, Redis stock
+    /// and holds, settlement lag, dead letters (JSON).
+    Show {
+        #[arg(long)]
+        sale: String,
+    },
 }
 
 fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
@@ -324,6 +350,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string_pretty(&sale)?);
             Ok(())
         }
+        Command::Sale(SaleCommand::Update {
+            sale,
+            admission_rate,
+            admission_factor,
+            ends_at,
+        }) => {
+            let change = sales::SaleChange {
+                admission_rate,
+                admission_factor,
+                ends_at,
+            };
+            change_and_print(&sale, &change).await
+        }
+        Command::Sale(SaleCommand::End { sale }) => {
+            let change = sales::SaleChange {
+                ends_at: Some(Utc::now()),
+                ..Default::default()
+            };
+            change_and_print(&sale, &change).await
+        }
+        Command::Sale(SaleCommand::Show { sale }) => show_sale(&sale).await,
         Command::Token(cmd) => {
             let now = crate::auth::now_secs();
             let (ring, claims) = match cmd {
@@ -478,5 +525,58 @@ async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
     let body = res.text().await.unwrap_or_default();
     anyhow::ensure!(status.is_success(), "GET {url}: {status} {body}");
     println!("{status} {body}");
+    Ok(())
+}
+
+async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Result<()> {
+    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+    let changed = sales::change_sale(&pool, sale, change).await?;
+    println!("{}", serde_json::to_string_pretty(&changed)?);
+    Ok(())
+}
+
+/// `origin sale show`: one look at a sale from both stores.
+async fn show_sale(id: &str) -> anyhow::Result<()> {
+    use redis::AsyncCommands;
+    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+    let prefix = configuration::key_prefix()?;
+    let registry = sales::SaleRegistry::new(pool.clone(), prefix);
+    let sale = registry
+        .get(id)
+        .await?
+        .with_context(|| format!("no sale {id:?}"))?;
+    let (total, held, sold): (i32, i32, i32) =
+        sqlx::query_as("SELECT total, held, sold FROM inventory WHERE sale_id = $1")
+            .bind(id)
+            .fetch_one(&pool)
+            .await?;
+    let mut conn = store::connect(&configuration::redis_target()?)
+        .await
+        .context("connecting to Redis")?;
+    let mut shards = Vec::new();
+    let (mut available, mut holds, mut lag, mut dead) = (0i64, 0i64, 0i64, 0i64);
+    for k in &sale.shards {
+        let stock: Option<i64> = conn.get(&k.stock).await?;
+        let h: i64 = conn.hlen(&k.holds).await?;
+        let l: i64 = conn.xlen(&k.stream).await?;
+        let d: i64 = conn.xlen(&k.dead_letter).await?;
+        available += stock.unwrap_or(0);
+        holds += h;
+        lag += l;
+        dead += d;
+        shards.push(serde_json::json!({
+            "stock": stock, "holds": h, "settlement_lag": l, "dead_letters": d,
+        }));
+    }
+    let out = serde_json::json!({
+        "sale": &sale.config,
+        "phase": sale.config.phase_by_time(Utc::now()),
+        "postgres": {"total": total, "held": held, "sold": sold},
+        "redis": {
+            "available": available, "holds": holds, "settlement_lag": lag,
+            "dead_letters": dead, "shards": shards,
+        },
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }

@@ -186,3 +186,84 @@ fn serve_refuses_a_bad_configuration_at_once() {
         assert!(all.contains(problem), "missing {problem:?} in:\n{all}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_shows_paces_and_ends_a_sale() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(tests::sale_spec("ops", 10, 2, 2)).await;
+    let t = app.admit("first", "ops");
+    assert_eq!(
+        app.reserve("ops", Some(&t), Some("k1"), r#"{"qty":1}"#)
+            .await
+            .0,
+        202
+    );
+    let redis = redis_url();
+    let env = [
+        ("DATABASE_URL", app.db.url.as_str()),
+        ("REDIS_URL", redis.as_str()),
+        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
+    ];
+    let json = |o: &Output| -> serde_json::Value {
+        assert!(o.status.success(), "{}", text(o));
+        serde_json::from_slice(&o.stdout).expect("JSON")
+    };
+
+    let shown = json(&origin(&["sale", "show", "--sale", "ops"], &env));
+    assert_eq!(shown["phase"], "live");
+    assert_eq!(shown["redis"]["available"], 9);
+    assert_eq!(shown["redis"]["holds"], 1);
+    assert_eq!(
+        shown["redis"]["settlement_lag"], 1,
+        "no settle worker runs here"
+    );
+    assert_eq!(shown["postgres"]["total"], 10);
+
+    // Bad changes are refused and change nothing.
+    for bad in [
+        vec!["--admission-rate", "0"],
+        vec!["--admission-factor=-1"],
+        vec!["--ends-at", "2000-01-01T00:00:00Z"],
+        vec![],
+    ] {
+        let mut args = vec!["sale", "update", "--sale", "ops"];
+        args.extend(bad.iter().copied());
+        let out = origin(&args, &env);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {}", text(&out));
+    }
+    let out = origin(&["sale", "end", "--sale", "nosuch"], &env);
+    assert!(text(&out).contains("no sale \"nosuch\""), "{}", text(&out));
+    let unchanged = json(&origin(&["sale", "show", "--sale", "ops"], &env));
+    assert_eq!(unchanged["sale"], shown["sale"]);
+
+    let paced = json(&origin(
+        &["sale", "update", "--sale", "ops", "--admission-rate", "7.5"],
+        &env,
+    ));
+    assert_eq!(paced["admission_rate"], 7.5);
+    assert_eq!(paced["ends_at"], serde_json::Value::Null);
+
+    let ended = json(&origin(&["sale", "end", "--sale", "ops"], &env));
+    assert!(ended["ends_at"].is_string());
+    // An origin that reads the sale now refuses new holds; the summary says ended.
+    let fresh = OriginProcess::start(Path::new(env!("CARGO_BIN_EXE_origin")), &app, &[]).await;
+    let res = reqwest::Client::new()
+        .post(format!("{}/api/sales/ops/reservations", fresh.addr))
+        .bearer_auth(app.admit("late", "ops"))
+        .header("Idempotency-Key", "k2")
+        .header("content-type", "application/json")
+        .body(r#"{"qty":1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 410);
+    let body: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "sale_ended");
+    let shown = json(&origin(&["sale", "show", "--sale", "ops"], &env));
+    assert_eq!(shown["phase"], "ended");
+    assert_eq!(shown["redis"]["holds"], 1, "the granted hold stays");
+}
