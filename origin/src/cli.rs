@@ -449,25 +449,11 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 async fn connections(settings: &Settings) -> Vec<(&'static str, anyhow::Result<String>)> {
     let pg = async {
         let pool = startup::pg_pool(settings.database_url())?;
-        let applied: Vec<i64> = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            sqlx::query_scalar(
-                "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
-            )
-            .fetch_all(&pool),
-        )
-        .await
-        .context("timed out")?
-        .or_else(|e| match e {
-            sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
-            e => Err(e),
-        })
-        .context("cannot query Postgres")?;
+        let pending = tokio::time::timeout(CONNECT_TIMEOUT, startup::pending_migrations(&pool))
+            .await
+            .context("timed out")?
+            .context("cannot query Postgres")?;
         let known = startup::migrator().iter().count();
-        let pending = startup::migrator()
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .count();
         anyhow::ensure!(
             pending == 0,
             "{pending} of {known} migrations not applied: run `origin migrate`"

@@ -103,6 +103,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "after SIGTERM, time allowed for in-flight requests, the settlement batch and the outbox flush; past it the process exits 1",
     },
     EnvVar {
+        name: "ORIGIN_AUTO_MIGRATE",
+        default: Fallback::Value("1"),
+        secret: false,
+        meaning: "`1`: processes apply `migrations/` at start; `0`: they only check and refuse to start while any is pending (run `origin migrate` as a one-off job, so serving roles need no DDL rights)",
+    },
+    EnvVar {
         name: "SWEEP_INTERVAL_MS",
         default: Fallback::Value("1000"),
         secret: false,
@@ -234,6 +240,8 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// After a stop signal: the bound on draining requests and workers.
     pub shutdown_grace: Duration,
+    /// Apply migrations at start (else only check that none is pending).
+    pub auto_migrate: bool,
     /// Dev-only conveniences (the dev payment provider endpoint).
     pub dev_mode: bool,
 }
@@ -475,6 +483,7 @@ impl Settings {
         let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
         let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
+        let auto_migrate = keep(e, flag("ORIGIN_AUTO_MIGRATE"));
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -498,6 +507,7 @@ impl Settings {
             reconcile_interval,
             settle_claim_idle,
             dev_mode,
+            auto_migrate,
         ) {
             (
                 Some(addr),
@@ -512,6 +522,7 @@ impl Settings {
                 Some(reconcile_interval),
                 Some(settle_claim_idle),
                 Some(dev_mode),
+                Some(auto_migrate),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -525,6 +536,7 @@ impl Settings {
                 settle_claim_idle,
                 max_in_flight,
                 shutdown_grace,
+                auto_migrate,
                 dev_mode,
             }),
             _ => Err(ConfigErrors(errs)),
@@ -684,6 +696,7 @@ mod tests {
             settle_claim_idle: Duration::from_secs(1),
             max_in_flight: 1,
             shutdown_grace: Duration::from_secs(1),
+            auto_migrate: true,
             dev_mode: false,
         };
         let text = format!("{s:?}");

@@ -458,7 +458,7 @@ impl Settler {
         let mut backoff = Duration::from_millis(50);
         loop {
             if stop.is_cancelled() {
-                return;
+                break;
             }
             if listed.elapsed() >= Duration::from_secs(1) {
                 match self.sales.active().await {
@@ -516,9 +516,32 @@ impl Settler {
             };
             if !pause.is_zero() {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
                 }
+            }
+        }
+        self.leave(&active).await;
+    }
+
+    /// On a clean stop, removes this worker's consumer from each group it
+    /// holds nothing in, so XINFO CONSUMERS lists live workers only. A
+    /// consumer with pending entries stays: deleting it would drop them
+    /// from the pending list, where XAUTOCLAIM finds them.
+    async fn leave(&self, sales: &[Arc<Sale>]) {
+        let mut conn = self.engine.conn.clone();
+        for k in sales.iter().flat_map(|s| s.shards.iter()) {
+            let mine: redis::RedisResult<redis::streams::StreamPendingCountReply> = conn
+                .xpending_consumer_count(&k.stream, GROUP, "-", "+", 1, &self.cfg.consumer)
+                .await;
+            if mine.is_ok_and(|p| p.ids.is_empty()) {
+                let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+                    .arg("DELCONSUMER")
+                    .arg(&k.stream)
+                    .arg(GROUP)
+                    .arg(&self.cfg.consumer)
+                    .query_async(&mut conn)
+                    .await;
             }
         }
     }

@@ -58,9 +58,19 @@ impl AppState {
     /// worker-only subcommands use this too).
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
         let pool = pg_pool(settings.database_url())?;
-        migrate(&pool)
-            .await
-            .context("Postgres must be reachable at start (DATABASE_URL)")?;
+        if settings.auto_migrate {
+            migrate(&pool)
+                .await
+                .context("Postgres must be reachable at start (DATABASE_URL)")?;
+        } else {
+            let pending = pending_migrations(&pool)
+                .await
+                .context("Postgres must be reachable at start (DATABASE_URL)")?;
+            anyhow::ensure!(
+                pending == 0,
+                "{pending} migration(s) not applied and ORIGIN_AUTO_MIGRATE=0: run `origin migrate` first"
+            );
+        }
         let conn = store::connect(&settings.redis)
             .await
             .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
@@ -141,6 +151,23 @@ pub fn pg_pool(url: &str) -> anyhow::Result<PgPool> {
 /// The migrations compiled into the binary (`migrations/`).
 pub fn migrator() -> sqlx::migrate::Migrator {
     sqlx::migrate!("../migrations")
+}
+
+/// How many of the compiled-in migrations the database lacks.
+pub async fn pending_migrations(pool: &PgPool) -> Result<usize, sqlx::Error> {
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await
+            .or_else(|e| match e {
+                // No migrations table: nothing was ever applied.
+                sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
+                e => Err(e),
+            })?;
+    Ok(migrator()
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .count())
 }
 
 /// Applies `migrations/`.

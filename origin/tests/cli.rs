@@ -267,3 +267,31 @@ async fn an_operator_shows_paces_and_ends_a_sale() {
     assert_eq!(shown["phase"], "ended");
     assert_eq!(shown["redis"]["holds"], 1, "the granted hold stays");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auto_migrate_serve_waits_for_the_migrate_job() {
+    // The control app migrates its own database; this test needs one the
+    // origin has never seen, so it points the process at a fresh one.
+    let mut app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let fresh = TestDb::create().await;
+    let fresh_url = fresh.url.clone();
+    let migrated_db = std::mem::replace(&mut app.db, fresh);
+    let bin = Path::new(env!("CARGO_BIN_EXE_origin"));
+    let mut refused = OriginProcess::spawn(bin, &app, &["serve"], &[("ORIGIN_AUTO_MIGRATE", "0")]);
+    let (status, _) = refused.exit_within(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(1), "{}", refused.log());
+    assert!(
+        refused.log().contains("run `origin migrate` first"),
+        "{}",
+        refused.log()
+    );
+    let job = origin(&["migrate"], &[("DATABASE_URL", &fresh_url)]);
+    assert!(job.status.success(), "{}", text(&job));
+    let started = OriginProcess::start(bin, &app, &[("ORIGIN_AUTO_MIGRATE", "0")]).await;
+    drop(started);
+    drop(migrated_db);
+}

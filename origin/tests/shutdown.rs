@@ -64,6 +64,23 @@ async fn pending(app: &TestApp, s: &Sale) -> i64 {
     n
 }
 
+/// Consumers registered in the settlement groups, over all shards.
+async fn consumers(app: &TestApp, s: &Sale) -> usize {
+    let mut conn = app.redis().await;
+    let mut n = 0;
+    for k in &s.shards {
+        let list: Vec<redis::Value> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&k.stream)
+            .arg(origin::settlement::GROUP)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        n += list.len();
+    }
+    n
+}
+
 async fn wait_drained(app: &TestApp, s: &Sale, origin: &OriginProcess) {
     for _ in 0..400 {
         if origin::settlement::lag(&app.state.engine, s).await.unwrap() == 0 {
@@ -148,6 +165,11 @@ async fn sigterm_during_a_reservation_race_loses_nothing() {
     // Redis, and no more; the stopped worker left nothing pending.
     let s = sale(&app, "term").await;
     assert_eq!(app.redis_hold_ids("term").await, told);
+    assert_eq!(
+        consumers(&app, &s).await,
+        0,
+        "a clean stop leaves no consumer behind"
+    );
     assert_eq!(
         pending(&app, &s).await,
         0,
@@ -247,6 +269,11 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
     blocker.rollback().await.unwrap();
     assert!(postgres_holds(&app, "stuck").await.is_empty());
     assert!(pending(&app, &s).await > 0);
+    assert_eq!(
+        consumers(&app, &s).await,
+        1,
+        "a consumer with pending entries stays"
+    );
 
     let mut second = OriginProcess::start(bin(), &app, &[("SETTLE_CLAIM_IDLE_MS", "500")]).await;
     wait_drained(&app, &s, &second).await;
@@ -264,6 +291,11 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
             .await
             .0
             .success()
+    );
+    assert_eq!(
+        consumers(&app, &s).await,
+        1,
+        "the dead worker's emptied consumer stays; the clean one left"
     );
 }
 

@@ -204,6 +204,7 @@ impl TestApp {
             settle_claim_idle: Duration::from_millis(500),
             max_in_flight: opts.max_in_flight,
             shutdown_grace: Duration::from_secs(10),
+            auto_migrate: true,
             dev_mode: true,
         };
         let app = Application::build(settings, opts.workers)
