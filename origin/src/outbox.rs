@@ -30,7 +30,12 @@ pub trait Sink: Send + Sync {
     fn publish(&self, event: &OutboxEvent) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// Publishes to a Redis stream.
+/// The events stream keeps about this many entries (trimmed as it grows):
+/// a consumer must not fall further behind than that. The outbox table
+/// keeps every event for a republish (docs/operations.md).
+pub const EVENTS_MAXLEN: usize = 1_000_000;
+
+/// Publishes to a Redis stream, trimmed to about [`EVENTS_MAXLEN`] entries.
 #[derive(Clone)]
 pub struct RedisStreamSink {
     pub conn: RedisConn,
@@ -50,8 +55,9 @@ impl Sink for RedisStreamSink {
     async fn publish(&self, event: &OutboxEvent) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
         let _: String = conn
-            .xadd(
+            .xadd_maxlen(
                 &self.stream,
+                redis::streams::StreamMaxlen::Approx(EVENTS_MAXLEN),
                 "*",
                 &[
                     ("event_id", event.event_id.as_str()),
