@@ -52,13 +52,13 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "REDIS_URL",
         default: Fallback::Value("redis://127.0.0.1:6379"),
         secret: true,
-        meaning: "one Redis (`redis://[:password@]host:port[/db]`)",
+        meaning: "one Redis: `redis://[:password@]host:port[/db]`, or `rediss://…` for TLS (server verified against `SSL_CERT_FILE`)",
     },
     EnvVar {
         name: "REDIS_CLUSTER_NODES",
         default: Fallback::Unset,
         secret: true,
-        meaning: "comma-separated seeds of a Redis Cluster, each `host:port` or `redis://[user:password@]host:port`; when set, `REDIS_URL` is ignored",
+        meaning: "comma-separated seeds of a Redis Cluster, each `host:port` or `redis[s]://[user:password@]host:port`; when set, `REDIS_URL` is ignored",
     },
     EnvVar {
         name: "REDIS_KEY_PREFIX",
@@ -143,6 +143,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: Fallback::Value("text"),
         secret: false,
         meaning: "`text` or `json` (one JSON object per line, for log shippers)",
+    },
+    EnvVar {
+        name: "SSL_CERT_FILE",
+        default: Fallback::Unset,
+        secret: false,
+        meaning: "PEM bundle of the CAs trusted for `rediss://` (unset: the system's; the image sets its bundle; a private CA: mount it and point here). Postgres TLS uses `sslrootcert` in `DATABASE_URL`",
     },
     EnvVar {
         name: "HOSTNAME",
