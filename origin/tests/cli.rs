@@ -251,17 +251,8 @@ async fn an_operator_shows_paces_and_ends_a_sale() {
     assert!(ended["ends_at"].is_string());
     // An origin that reads the sale now refuses new holds; the summary says ended.
     let fresh = OriginProcess::start(Path::new(env!("CARGO_BIN_EXE_origin")), &app, &[]).await;
-    let res = reqwest::Client::new()
-        .post(format!("{}/api/sales/ops/reservations", fresh.addr))
-        .bearer_auth(app.admit("late", "ops"))
-        .header("Idempotency-Key", "k2")
-        .header("content-type", "application/json")
-        .body(r#"{"qty":1}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 410);
-    let body: serde_json::Value = res.json().await.unwrap();
+    let (status, body) = fresh.reserve("ops", &app.admit("late", "ops"), "k2").await;
+    assert_eq!(status, 410);
     assert_eq!(body["error"]["code"], "sale_ended");
     let shown = json(&origin(&["sale", "show", "--sale", "ops"], &env));
     assert_eq!(shown["phase"], "ended");

@@ -225,20 +225,16 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
         ],
     )
     .await;
-    let client = reqwest::Client::new();
     let mut told = HashSet::new();
     for a in 0..20 {
-        let res = client
-            .post(format!("{}/api/sales/stuck/reservations", first.addr))
-            .bearer_auth(app.admit(&format!("acct-{a}"), "stuck"))
-            .header("Idempotency-Key", format!("k-{a}"))
-            .header("content-type", "application/json")
-            .body(r#"{"qty":1}"#)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 202);
-        let body: serde_json::Value = res.json().await.unwrap();
+        let (status, body) = first
+            .reserve(
+                "stuck",
+                &app.admit(&format!("acct-{a}"), "stuck"),
+                &format!("k-{a}"),
+            )
+            .await;
+        assert_eq!(status, 202, "{body}");
         told.insert(body["reservation_id"].as_str().unwrap().to_string());
     }
     // Wait until the worker has read the entries (they are pending on it).

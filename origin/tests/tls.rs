@@ -198,17 +198,10 @@ async fn the_origin_sells_through_a_verified_tls_redis() {
         "now",
     ]);
     let origin = OriginProcess::start(Path::new(env!("CARGO_BIN_EXE_origin")), &app, &env).await;
-    let res = reqwest::Client::new()
-        .post(format!("{}/api/sales/tls/reservations", origin.addr))
-        .bearer_auth(app.admit("alice", "tls"))
-        .header("Idempotency-Key", "k1")
-        .header("content-type", "application/json")
-        .body(r#"{"qty":1}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 202, "{}", origin.log());
-    let body: serde_json::Value = res.json().await.unwrap();
+    let (status, body) = origin
+        .reserve("tls", &app.admit("alice", "tls"), "k1")
+        .await;
+    assert_eq!(status, 202, "{}", origin.log());
     let id = body["reservation_id"].as_str().unwrap().to_string();
     for _ in 0..100 {
         let status: Option<String> =

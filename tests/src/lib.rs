@@ -715,6 +715,21 @@ impl OriginProcess {
         }
     }
 
+    /// POSTs a reservation of one unit; returns (status, JSON body).
+    pub async fn reserve(&self, sale: &str, token: &str, key: &str) -> (u16, Value) {
+        let res = reqwest::Client::new()
+            .post(format!("{}/api/sales/{sale}/reservations", self.addr))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .header("content-type", "application/json")
+            .body(r#"{"qty":1}"#)
+            .send()
+            .await
+            .expect("request sent");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
+    }
+
     /// Sends SIGTERM, as an orchestrator stopping the container does.
     pub fn sigterm(&self) {
         let pid = self.child.id().expect("still running");
