@@ -328,7 +328,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sale(SaleCommand::Create(a)) => {
             let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
-            startup::migrate(&pool).await?;
+            startup::migrate_or_check(&pool, configuration::auto_migrate()?).await?;
             let mut conn = store::connect(&configuration::redis_target()?)
                 .await
                 .context("connecting to Redis")?;

@@ -422,6 +422,11 @@ fn flag(name: &'static str) -> Result<bool, ConfigError> {
     }
 }
 
+/// `ORIGIN_AUTO_MIGRATE` (default on): may a process apply migrations?
+pub fn auto_migrate() -> Result<bool, ConfigError> {
+    flag("ORIGIN_AUTO_MIGRATE")
+}
+
 /// The log output format (`LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -489,7 +494,7 @@ impl Settings {
         let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
         let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
-        let auto_migrate = keep(e, flag("ORIGIN_AUTO_MIGRATE"));
+        let auto_migrate = keep(e, auto_migrate());
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)

@@ -58,19 +58,7 @@ impl AppState {
     /// worker-only subcommands use this too).
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
         let pool = pg_pool(settings.database_url())?;
-        if settings.auto_migrate {
-            migrate(&pool)
-                .await
-                .context("Postgres must be reachable at start (DATABASE_URL)")?;
-        } else {
-            let pending = pending_migrations(&pool)
-                .await
-                .context("Postgres must be reachable at start (DATABASE_URL)")?;
-            anyhow::ensure!(
-                pending == 0,
-                "{pending} migration(s) not applied and ORIGIN_AUTO_MIGRATE=0: run `origin migrate` first"
-            );
-        }
+        migrate_or_check(&pool, settings.auto_migrate).await?;
         let conn = store::connect(&settings.redis)
             .await
             .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
@@ -151,6 +139,24 @@ pub fn pg_pool(url: &str) -> anyhow::Result<PgPool> {
 /// The migrations compiled into the binary (`migrations/`).
 pub fn migrator() -> sqlx::migrate::Migrator {
     sqlx::migrate!("../migrations")
+}
+
+/// At start: applies the migrations, or with `auto` off only checks that
+/// none is pending (serving roles then need no DDL rights).
+pub async fn migrate_or_check(pool: &PgPool, auto: bool) -> anyhow::Result<()> {
+    if auto {
+        return migrate(pool)
+            .await
+            .context("Postgres must be reachable at start (DATABASE_URL)");
+    }
+    let pending = pending_migrations(pool)
+        .await
+        .context("Postgres must be reachable at start (DATABASE_URL)")?;
+    anyhow::ensure!(
+        pending == 0,
+        "{pending} migration(s) not applied and ORIGIN_AUTO_MIGRATE=0: run `origin migrate` first"
+    );
+    Ok(())
 }
 
 /// How many of the compiled-in migrations the database lacks.

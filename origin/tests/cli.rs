@@ -280,6 +280,37 @@ async fn without_auto_migrate_serve_waits_for_the_migrate_job() {
         "{}",
         refused.log()
     );
+    let redis = redis_url();
+    let create = origin(
+        &[
+            "sale",
+            "create",
+            "--sale",
+            "early",
+            "--name",
+            "Too early",
+            "--units",
+            "1",
+            "--per-user-limit",
+            "1",
+            "--shards",
+            "1",
+            "--starts-at",
+            "now",
+        ],
+        &[
+            ("DATABASE_URL", &fresh_url),
+            ("REDIS_URL", &redis),
+            ("REDIS_KEY_PREFIX", &app.prefix),
+            ("ORIGIN_AUTO_MIGRATE", "0"),
+        ],
+    );
+    assert_eq!(create.status.code(), Some(1), "{}", text(&create));
+    assert!(
+        text(&create).contains("run `origin migrate` first"),
+        "{}",
+        text(&create)
+    );
     let job = origin(&["migrate"], &[("DATABASE_URL", &fresh_url)]);
     assert!(job.status.success(), "{}", text(&job));
     let started = OriginProcess::start(bin, &app, &[("ORIGIN_AUTO_MIGRATE", "0")]).await;
