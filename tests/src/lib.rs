@@ -316,6 +316,30 @@ impl TestApp {
         (status, body, headers)
     }
 
+    /// DELETE (cancel) a reservation; returns the status.
+    pub async fn cancel(&self, id: &str, token: &str) -> u16 {
+        self.client
+            .delete(format!("{}/api/reservations/{id}", self.addr))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request sent")
+            .status()
+            .as_u16()
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.addr))
+            .send()
+            .await
+            .expect("request sent")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// GET a path; returns (status, JSON body).
     pub async fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
         let mut req = self.client.get(format!("{}{path}", self.addr));

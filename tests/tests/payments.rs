@@ -121,14 +121,7 @@ async fn happy_path_reserve_settle_purchase_webhook_paid() {
     }
     assert_eq!(n, 1);
     // Paid means no expiry can return the unit, and no cancel either.
-    let res = app
-        .client
-        .delete(format!("{}/api/reservations/{id}", app.addr))
-        .bearer_auth(&t)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 409);
+    assert_eq!(app.cancel(&id, &t).await, 409);
     app.stop().await;
 }
 

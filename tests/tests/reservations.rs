@@ -188,14 +188,7 @@ async fn same_key_replayed_during_spill_is_one_hold_on_another_shard() {
     );
     // Cancel gives the units back and, via the sweep, bob's count.
     let id = ids.into_iter().next().unwrap().to_string();
-    let res = app
-        .client
-        .delete(format!("{}/api/reservations/{id}", app.addr))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
+    assert_eq!(app.cancel(&id, &token).await, 200);
     let stock: i64 = conn.get(&other.stock).await.unwrap();
     assert_eq!(stock, 2);
     let mut count: Option<i64> = Some(2);
@@ -437,14 +430,7 @@ async fn bad_input_gets_its_status_and_changes_nothing() {
     assert_eq!((s, b["status"].as_str()), (200, Some("held")));
     let (s, _) = app.get("/api/reservations/nonsense", Some(&good)).await;
     assert_eq!(s, 404);
-    let res = app
-        .client
-        .delete(format!("{}/api/reservations/{id}", app.addr))
-        .bearer_auth(&good)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
+    assert_eq!(app.cancel(id, &good).await, 200);
     // Streams and idempotency records legitimately moved (the one real
     // reservation and its cancel); everything else is as it was.
     let steady = |snap: Vec<(String, Vec<u8>)>| -> Vec<(String, Vec<u8>)> {

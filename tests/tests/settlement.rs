@@ -85,15 +85,7 @@ async fn race_then_settle_postgres_holds_exactly_what_redis_granted() {
     .unwrap();
     assert_eq!((report.lag, report.drift), (0, 0));
     assert!(report.mismatched_shards.is_empty() && report.repaired_shards.is_empty());
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     for name in [
         "flashsale_reservation_requests_total{outcome=\"held\"}",
         "flashsale_reservation_requests_total{outcome=\"sold_out\"}",
@@ -216,13 +208,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
         .await
         .unwrap();
     assert_eq!(r.dead_letters, 1, "the reconciler reports parked entries");
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap();
-    let metrics = metrics.text().await.unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("flashsale_dead_letter_entries{sale=\"redo\"} 1"),
         "dead letters are a metric to alarm on"
@@ -247,14 +233,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
     } else {
         app.admit(&owner, "redo")
     };
-    let res = app
-        .client
-        .delete(format!("{}/api/reservations/{id}", app.addr))
-        .bearer_auth(&t)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200);
+    assert_eq!(app.cancel(&id, &t).await, 200);
     let rel: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await.unwrap();
     for e in &rel.ids {
         let fields: Vec<(String, String)> = e
@@ -342,15 +321,7 @@ async fn drift_is_reported_and_repaired_but_never_while_settlement_is_behind() {
     assert_eq!((r.drift, r.repaired_shards.clone()), (7, vec![1]), "{r:?}");
     let after: i64 = conn.get(&sale.shards[1].stock).await.unwrap();
     assert_eq!(after, before);
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     assert!(
         metrics.contains("flashsale_drift_units{sale=\"drift\"} 7"),
         "drift reported as a metric"
