@@ -485,12 +485,7 @@ async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
     let url = match url {
         Some(u) => u,
         None => {
-            let addr: std::net::SocketAddr = std::env::var("ORIGIN_ADDR")
-                .ok()
-                .filter(|a| !a.trim().is_empty())
-                .unwrap_or_else(|| "127.0.0.1:8080".into())
-                .parse()
-                .context("ORIGIN_ADDR is not ip:port")?;
+            let addr = configuration::origin_addr()?;
             let host = match addr.ip() {
                 std::net::IpAddr::V4(ip) if ip.is_unspecified() => "127.0.0.1".to_string(),
                 std::net::IpAddr::V6(ip) if ip.is_unspecified() => "[::1]".to_string(),

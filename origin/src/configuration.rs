@@ -422,6 +422,16 @@ fn flag(name: &'static str) -> Result<bool, ConfigError> {
     }
 }
 
+/// `ORIGIN_ADDR`: where `serve` listens (and `healthcheck` asks).
+pub fn origin_addr() -> Result<SocketAddr, ConfigError> {
+    let text = var_or_default("ORIGIN_ADDR");
+    text.parse().map_err(|_| ConfigError::Invalid {
+        var: "ORIGIN_ADDR",
+        value: text,
+        why: "expected ip:port (e.g. 0.0.0.0:8080)".into(),
+    })
+}
+
 /// `ORIGIN_AUTO_MIGRATE` (default on): may a process apply migrations?
 pub fn auto_migrate() -> Result<bool, ConfigError> {
     flag("ORIGIN_AUTO_MIGRATE")
@@ -470,16 +480,7 @@ impl Settings {
     pub fn from_env() -> Result<Self, ConfigErrors> {
         let mut errs = Vec::new();
         let e = &mut errs;
-        let addr = keep(
-            e,
-            var_or_default("ORIGIN_ADDR")
-                .parse::<SocketAddr>()
-                .map_err(|_| ConfigError::Invalid {
-                    var: "ORIGIN_ADDR",
-                    value: var_or_default("ORIGIN_ADDR"),
-                    why: "expected ip:port (e.g. 0.0.0.0:8080)".into(),
-                }),
-        );
+        let addr = keep(e, origin_addr());
         let database_url = keep(e, database_url());
         let redis = keep(e, redis_target());
         let key_prefix = keep(e, key_prefix());
