@@ -1,10 +1,11 @@
 -- _lib.lua — helpers shared by the shard scripts. The origin prepends this
--- file to reserve.lua, take.lua, release.lua and sweep.lua when it loads
+-- file to reserve.lua, take.lua, release.lua, sweep.lua and confirm.lua when it loads
 -- them, so every script stays one EVALSHA on one hash slot.
 --
 -- Shard KEYS layout (all under one hash tag, so one cluster slot):
 --   1 stock    string  units still for sale on this shard
---   2 holds    hash    hold id -> {a=account,q=qty,e=expires_ms,h=home,c=created_ms,s=status}
+--   2 holds    hash    hold id -> {a=account,q=qty,e=expires_ms,h=home,c=created_ms,s=status,
+--                      k=idempotency hash,r=requested qty}
 --   3 exp      zset    hold id scored by expires_ms (live, unpaid holds only)
 --   4 users    hash    account -> units held+bought, for accounts whose HOME is this shard
 --   5 quota    hash    hold id -> {a,q,s} quota this home shard reserved for a hold
@@ -16,7 +17,19 @@
 --
 -- Invariant kept by release_hold: a unit leaves a hold exactly once, and the
 -- same script that returns it to `stock` writes the release record, so Redis
--- and the settlement stream cannot disagree.
+-- and the settlement stream cannot disagree. The release record carries
+-- everything Postgres needs to write the reservation row itself (home,
+-- created, expires), so a release settled before its hold cannot leave a
+-- phantom live row (origin/src/settlement.rs).
+--
+-- Time: every script reads the clock of the Redis it runs on (`TIME`), never
+-- the caller's, so several origins with skewed clocks agree on when a hold
+-- expires (Redis 5+ replicates scripts by effects, so TIME is allowed).
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 local function release_hold(id, raw, reason, now, shard)
   local h = cjson.decode(raw)
@@ -33,7 +46,7 @@ local function release_hold(id, raw, reason, now, shard)
     redis.call('RPUSH', KEYS[7], cjson.encode({id = id, a = h.a, q = h.q, h = h.h}))
   end
   redis.call('XADD', KEYS[6], '*', 't', 'release', 'id', id, 'acct', h.a, 'qty', h.q,
-    'shard', shard, 'reason', reason, 'at', now)
+    'shard', shard, 'home', h.h, 'created', h.c, 'exp', h.e, 'reason', reason, 'at', now)
   return h.q
 end
 
@@ -66,13 +79,16 @@ local function stock_for(qty, now, shard, batch)
   return stock
 end
 
--- Creates a hold of `qty` units (caller checked stock) and its settlement record.
-local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale)
+-- Creates a hold of `qty` units (caller checked stock) and its settlement
+-- record. `idem` (the Idempotency-Key's hash) and `rq` (the qty the request
+-- asked for) travel with it so a cold rebuild can restore the key's record.
+local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale, idem, rq)
   local exp = now + hold_ms
   redis.call('DECRBY', KEYS[1], qty)
-  redis.call('HSET', KEYS[2], id, cjson.encode({a = acct, q = qty, e = exp, h = home, c = now, s = 'held'}))
+  redis.call('HSET', KEYS[2], id, cjson.encode({a = acct, q = qty, e = exp, h = home, c = now,
+    s = 'held', k = idem, r = rq}))
   redis.call('ZADD', KEYS[3], exp, id)
   redis.call('XADD', KEYS[6], '*', 't', 'hold', 'id', id, 'sale', sale, 'acct', acct, 'qty', qty,
-    'shard', shard, 'home', home, 'exp', exp, 'at', now)
+    'shard', shard, 'home', home, 'exp', exp, 'at', now, 'idem', idem, 'rq', rq)
   return exp
 end

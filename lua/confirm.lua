@@ -2,7 +2,7 @@
 -- expiry can no longer give its unit back.
 --
 -- KEYS: 1..7 the shard's keys (see _lib.lua; uses 2 holds, 3 exp)
--- ARGV: 1 hold id  2 now_ms
+-- ARGV: 1 hold id
 -- Returns:
 --   1  confirmed now, or already confirmed (a repeat changes nothing)
 --   0  too late: the hold is gone or past its expiry (the unit is, or is
@@ -19,7 +19,7 @@ local h = cjson.decode(raw)
 if h.s == 'paid' then
   return 1
 end
-if tonumber(h.e) <= tonumber(ARGV[2]) then
+if tonumber(h.e) <= now_ms() then
   return 0
 end
 h.s = 'paid'

@@ -2,7 +2,7 @@
 --
 -- KEYS: 1 users  2 quota  3 idempotency key (all on the account's home shard)
 -- ARGV: 1 account  2 hold id  3 granted qty  4 shard that holds it
---       5 expires_ms  6 idempotency ttl (s)
+--       5 expires_ms  6 idempotency ttl (s)  7 the qty the request asked for
 -- Returns 1 when recorded, 0 when it already was (a concurrent replay).
 --
 -- Invariant: the account's count equals the units it actually holds — when a
@@ -26,5 +26,5 @@ if raw then
   redis.call('HSET', KEYS[2], ARGV[2], cjson.encode({a = qr.a, q = granted, s = tonumber(ARGV[4])}))
 end
 redis.call('SET', KEYS[3], cjson.encode({st = 'held', id = ARGV[2], sh = tonumber(ARGV[4]),
-  e = tonumber(ARGV[5]), q = granted}), 'EX', ARGV[6])
+  e = tonumber(ARGV[5]), q = granted, rq = tonumber(ARGV[7])}), 'EX', ARGV[6])
 return 1

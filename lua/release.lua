@@ -1,8 +1,8 @@
 -- release.lua — give a hold's units back (cancel, or Postgres refused it).
 --
 -- KEYS: 1..7 the shard's keys (see _lib.lua)
--- ARGV: 1 hold id  2 reason (cancelled | rejected | expired)  3 now_ms
---       4 this shard's index  5 force ("1": release even a paid hold — only for
+-- ARGV: 1 hold id  2 reason (cancelled | rejected | expired)
+--       3 this shard's index  4 force ("1": release even a paid hold — only for
 --       a refund path; "0" otherwise)
 -- Returns:
 --   {1, qty}  released now: stock back, hold gone, the account's count back
@@ -18,8 +18,8 @@ if not raw then
   return {0}
 end
 local h = cjson.decode(raw)
-if h.s == 'paid' and ARGV[5] ~= '1' then
+if h.s == 'paid' and ARGV[4] ~= '1' then
   return {2}
 end
-local q = release_hold(ARGV[1], raw, ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local q = release_hold(ARGV[1], raw, ARGV[2], now_ms(), tonumber(ARGV[3]))
 return {1, q}

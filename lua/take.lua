@@ -2,8 +2,9 @@
 --
 -- KEYS: 1..7 this shard's keys (see _lib.lua), 8 decision marker for this hold
 --       id on this shard (`<shard>:spill:<hold id>`, same slot).
--- ARGV: 1 account  2 qty  3 now_ms  4 hold_ms  5 hold id  6 this shard's index
---       7 home shard index  8 sale id  9 marker ttl (s)  10 reclaim batch
+-- ARGV: 1 account  2 qty (the quota counted on the home shard)  3 hold_ms
+--       4 hold id  5 this shard's index  6 home shard index  7 sale id
+--       8 marker ttl (s)  9 reclaim batch  10 idempotency hash
 -- Returns:
 --   {1, id, shard, expires_ms, qty}  HELD here (new, or the same hold again)
 --   {6}                              EMPTY here, now and forever for this hold id
@@ -15,9 +16,11 @@
 -- many times, and however concurrently, a spill is replayed in the same
 -- shard order, the first shard that said HELD is the only one that ever
 -- does: one Idempotency-Key never yields two holds. The account's quota was
--- already counted on its home shard (reserve.lua), so no per-user check here.
+-- already counted on its home shard (reserve.lua), so no per-user check here;
+-- the caller passes the quota's qty (never a replay's), so a hold is never
+-- larger than what its home shard counted.
 
-local id, shard = ARGV[5], tonumber(ARGV[6])
+local id, shard = ARGV[4], tonumber(ARGV[5])
 local decided = redis.call('GET', KEYS[8])
 if decided == 'E' then
   return {6}
@@ -31,16 +34,17 @@ if decided == 'H' then
   return {1, id, shard, h.e, h.q}
 end
 
-local qty, now = tonumber(ARGV[2]), tonumber(ARGV[3])
-local stock = stock_for(qty, now, shard, tonumber(ARGV[10]))
+local qty, now = tonumber(ARGV[2]), now_ms()
+local stock = stock_for(qty, now, shard, tonumber(ARGV[9]))
 if not stock then
   return {7}
 end
 if stock >= 1 then
   local q = math.min(stock, qty)
-  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[4]), shard, tonumber(ARGV[7]), ARGV[8])
-  redis.call('SET', KEYS[8], 'H', 'EX', ARGV[9])
+  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[3]), shard, tonumber(ARGV[6]), ARGV[7],
+    ARGV[10], qty)
+  redis.call('SET', KEYS[8], 'H', 'EX', ARGV[8])
   return {1, id, shard, exp, q}
 end
-redis.call('SET', KEYS[8], 'E', 'EX', ARGV[9])
+redis.call('SET', KEYS[8], 'E', 'EX', ARGV[8])
 return {6}

@@ -42,7 +42,7 @@ use redis::{RedisError, Value};
 use serde::Serialize;
 
 use crate::sales::Sale;
-use crate::store::{RedisConn, Scripts, ShardKeys};
+use crate::store::{self, RedisConn, Scripts, ShardKeys};
 
 /// How long an Idempotency-Key's answer is remembered.
 pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
@@ -95,6 +95,11 @@ pub enum Outcome {
     /// The Idempotency-Key's hold existed and has since been released.
     Gone {
         reservation_id: String,
+    },
+    /// The Idempotency-Key was used for a request with another qty: one key
+    /// is one request, so this one is refused and changes nothing.
+    KeyReused {
+        first_qty: i64,
     },
 }
 
@@ -166,8 +171,62 @@ pub struct Engine {
     pub scripts: Scripts,
 }
 
+/// One reservation request, as the engine's steps need it.
+#[derive(Debug, Clone)]
+pub struct ReserveCall<'a> {
+    pub sale: &'a Sale,
+    pub account: &'a str,
+    /// The qty this request asks for.
+    pub qty: i64,
+    /// The account's home shard.
+    pub home: usize,
+    /// Names the (account, Idempotency-Key) record; see [`store::idem_hash`].
+    pub idem: String,
+}
+
+impl<'a> ReserveCall<'a> {
+    pub fn new(sale: &'a Sale, account: &'a str, qty: i64, idempotency_key: &str) -> Self {
+        ReserveCall {
+            sale,
+            account,
+            qty,
+            home: home_shard(account, sale.shards.len()),
+            idem: store::idem_hash(account, idempotency_key),
+        }
+    }
+
+    fn home_keys(&self) -> &'a ShardKeys {
+        &self.sale.shards[self.home]
+    }
+
+    fn hold_ms(&self) -> u64 {
+        u64::try_from(self.sale.config.hold_seconds).unwrap_or(1) * 1000
+    }
+}
+
+/// What the home shard decided (reserve.lua).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HomeStep {
+    /// Final: held there, a replay, a refusal.
+    Done(Outcome),
+    /// The home shard is empty: `qty` units of quota are counted there under
+    /// `hold_id`; the other shards are tried next ([`Engine::take`]).
+    Spill { hold_id: String, qty: i64 },
+}
+
+/// What one other shard said to a spill (take.lua).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Took {
+    Held(Hold),
+    Empty,
+    /// This shard granted the hold earlier and it has been released since.
+    Gone,
+    Uninitialized,
+}
+
 impl Engine {
-    /// One reservation attempt; see the module doc for the protocol.
+    /// One reservation attempt; see the module doc for the protocol. The
+    /// steps are public so tests can stop between them, as a crash would.
     pub async fn reserve(
         &self,
         sale: &Sale,
@@ -175,106 +234,177 @@ impl Engine {
         qty: i64,
         idempotency_key: &str,
     ) -> Result<Outcome, RedisError> {
-        let cfg = &sale.config;
-        let n = sale.shards.len();
-        let home = home_shard(account, n);
-        let hk = &sale.shards[home];
-        let idem = hk.idem(account, idempotency_key);
-        let hold_ms = u64::try_from(cfg.hold_seconds).unwrap_or(1) * 1000;
-        let new_id = ReservationId::new_id(&cfg.id, home);
+        let call = ReserveCall::new(sale, account, qty, idempotency_key);
+        match self.reserve_home(&call).await? {
+            HomeStep::Done(outcome) => Ok(outcome),
+            HomeStep::Spill { hold_id, qty } => self.spill(&call, &hold_id, qty).await,
+        }
+    }
+
+    /// Step 1: reserve.lua on the home shard.
+    pub async fn reserve_home(&self, call: &ReserveCall<'_>) -> Result<HomeStep, RedisError> {
+        let cfg = &call.sale.config;
+        let hk = call.home_keys();
+        let new_id = ReservationId::new_id(&cfg.id, call.home);
         let mut conn = self.conn.clone();
         let r: Vec<Value> = self
             .scripts
             .reserve
             .key(hk.all().as_slice())
-            .key(&idem)
-            .arg(account)
-            .arg(qty)
+            .key(hk.idem_at(&call.idem))
+            .arg(call.account)
+            .arg(call.qty)
             .arg(cfg.per_user_limit)
-            .arg(now_ms())
-            .arg(hold_ms)
+            .arg(call.hold_ms())
             .arg(&new_id)
-            .arg(home)
+            .arg(call.home)
             .arg(&cfg.id)
             .arg(IDEMPOTENCY_TTL_SECS)
             .arg(RECLAIM_BATCH)
-            .arg(n)
+            .arg(call.sale.shards.len())
+            .arg(&call.idem)
             .invoke_async(&mut conn)
             .await?;
-        let hold_id = match int(r.first()) {
-            1 => return Ok(Outcome::Held(held(&r, &cfg.id, false))),
-            2 => return Ok(Outcome::Held(held(&r, &cfg.id, true))),
-            3 | 4 => text(r.get(1)),
-            5 => {
-                return Ok(Outcome::Limit {
-                    used: int(r.get(1)),
-                });
-            }
-            6 => return Ok(Outcome::SoldOut),
-            _ => return Ok(Outcome::Uninitialized),
-        };
-        // The spill: its quota (the requested qty) is counted on `home`.
+        Ok(match int(r.first()) {
+            1 => HomeStep::Done(Outcome::Held(held(&r, &cfg.id, false))),
+            2 => HomeStep::Done(Outcome::Held(held(&r, &cfg.id, true))),
+            // SPILL, or PENDING: a replay continues the first request's
+            // spill with the first request's qty, as counted at home.
+            3 | 4 => HomeStep::Spill {
+                hold_id: text(r.get(1)),
+                qty: int(r.get(2)),
+            },
+            5 => HomeStep::Done(Outcome::Limit {
+                used: int(r.get(1)),
+            }),
+            6 => HomeStep::Done(Outcome::SoldOut),
+            9 => HomeStep::Done(Outcome::KeyReused {
+                first_qty: int(r.get(1)),
+            }),
+            _ => HomeStep::Done(Outcome::Uninitialized),
+        })
+    }
+
+    /// Steps 2–3: walks the other shards in a fixed order (`home+1, …`) with
+    /// take.lua, then records where the hold landed (quota_commit.lua) or
+    /// gives the quota back (quota_return.lua) when every shard was empty.
+    pub async fn spill(
+        &self,
+        call: &ReserveCall<'_>,
+        hold_id: &str,
+        qty: i64,
+    ) -> Result<Outcome, RedisError> {
+        let n = call.sale.shards.len();
         for step in 1..n {
-            let s = (home + step) % n;
-            let sk = &sale.shards[s];
-            let r: Vec<Value> = self
-                .scripts
-                .take
-                .key(sk.all().as_slice())
-                .key(sk.spill_marker(&hold_id))
-                .arg(account)
-                .arg(qty)
-                .arg(now_ms())
-                .arg(hold_ms)
-                .arg(&hold_id)
-                .arg(s)
-                .arg(home)
-                .arg(&cfg.id)
-                .arg(IDEMPOTENCY_TTL_SECS)
-                .arg(RECLAIM_BATCH)
-                .invoke_async(&mut conn)
-                .await?;
-            match int(r.first()) {
-                1 => {
-                    let hold = held(&r, &cfg.id, false);
-                    let _: i64 = self
-                        .scripts
-                        .quota_commit
-                        .key(&hk.users)
-                        .key(&hk.quota)
-                        .key(&idem)
-                        .arg(account)
-                        .arg(&hold_id)
-                        .arg(hold.qty)
-                        .arg(s)
-                        .arg(hold.expires_ms)
-                        .arg(IDEMPOTENCY_TTL_SECS)
-                        .invoke_async(&mut conn)
-                        .await?;
+            match self
+                .take(call, hold_id, qty, (call.home + step) % n)
+                .await?
+            {
+                Took::Held(hold) => {
+                    self.commit_quota(call, hold_id, &hold, qty).await?;
                     return Ok(Outcome::Held(hold));
                 }
-                6 => continue,
-                8 => {
+                Took::Empty => continue,
+                Took::Gone => {
                     return Ok(Outcome::Gone {
-                        reservation_id: hold_id,
+                        reservation_id: hold_id.to_string(),
                     });
                 }
-                _ => return Ok(Outcome::Uninitialized),
+                Took::Uninitialized => return Ok(Outcome::Uninitialized),
             }
         }
+        self.return_quota(call, hold_id).await?;
+        Ok(Outcome::SoldOut)
+    }
+
+    /// take.lua on `shard` for a spilled hold of `qty` units (the quota).
+    pub async fn take(
+        &self,
+        call: &ReserveCall<'_>,
+        hold_id: &str,
+        qty: i64,
+        shard: usize,
+    ) -> Result<Took, RedisError> {
+        let sk = &call.sale.shards[shard];
+        let mut conn = self.conn.clone();
+        let r: Vec<Value> = self
+            .scripts
+            .take
+            .key(sk.all().as_slice())
+            .key(sk.spill_marker(hold_id))
+            .arg(call.account)
+            .arg(qty)
+            .arg(call.hold_ms())
+            .arg(hold_id)
+            .arg(shard)
+            .arg(call.home)
+            .arg(&call.sale.config.id)
+            .arg(IDEMPOTENCY_TTL_SECS)
+            .arg(RECLAIM_BATCH)
+            .arg(&call.idem)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(match int(r.first()) {
+            1 => Took::Held(held(&r, &call.sale.config.id, false)),
+            6 => Took::Empty,
+            8 => Took::Gone,
+            _ => Took::Uninitialized,
+        })
+    }
+
+    /// quota_commit.lua: on the home shard, where the spilled hold landed.
+    pub async fn commit_quota(
+        &self,
+        call: &ReserveCall<'_>,
+        hold_id: &str,
+        hold: &Hold,
+        requested: i64,
+    ) -> Result<(), RedisError> {
+        let hk = call.home_keys();
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .scripts
+            .quota_commit
+            .key(&hk.users)
+            .key(&hk.quota)
+            .key(hk.idem_at(&call.idem))
+            .arg(call.account)
+            .arg(hold_id)
+            .arg(hold.qty)
+            .arg(hold.shard)
+            .arg(hold.expires_ms)
+            .arg(IDEMPOTENCY_TTL_SECS)
+            .arg(requested)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// quota_return.lua: every shard was empty; the quota goes back.
+    pub async fn return_quota(
+        &self,
+        call: &ReserveCall<'_>,
+        hold_id: &str,
+    ) -> Result<(), RedisError> {
+        let hk = call.home_keys();
+        let mut conn = self.conn.clone();
         let _: i64 = self
             .scripts
             .quota_return
             .key(&hk.users)
             .key(&hk.quota)
-            .key(&idem)
-            .arg(&hold_id)
+            .key(hk.idem_at(&call.idem))
+            .arg(hold_id)
             .invoke_async(&mut conn)
             .await?;
-        Ok(Outcome::SoldOut)
+        Ok(())
     }
 
-    /// Finds a live hold in Redis: its shard and record.
+    /// Finds a live hold in Redis: its shard and record. A spilled hold is
+    /// found through its home shard's quota record, which says where it
+    /// landed; when the process that spilled it stopped before recording
+    /// that (quota_commit), every other shard is asked, so a crash never
+    /// hides a hold from cancel, purchase or the webhook.
     pub async fn find_hold(
         &self,
         sale: &Sale,
@@ -291,17 +421,25 @@ impl Engine {
             return Ok(HoldRecord::parse(&raw).map(|r| (home, r)));
         }
         let quota: Option<String> = conn.hget(&hk.quota, id).await?;
-        let Some(shard) = quota
-            .and_then(|q| serde_json::from_str::<QuotaRecord>(&q).ok())
-            .and_then(|q| q.s)
-        else {
+        let Some(quota) = quota.and_then(|q| serde_json::from_str::<QuotaRecord>(&q).ok()) else {
             return Ok(None);
         };
-        let Some(sk) = sale.shards.get(shard) else {
-            return Ok(None);
+        let candidates: Vec<usize> = match quota.s {
+            Some(shard) => vec![shard],
+            None => (1..sale.shards.len())
+                .map(|step| (home + step) % sale.shards.len())
+                .collect(),
         };
-        let raw: Option<String> = conn.hget(&sk.holds, id).await?;
-        Ok(raw.and_then(|r| HoldRecord::parse(&r)).map(|r| (shard, r)))
+        for shard in candidates {
+            let Some(sk) = sale.shards.get(shard) else {
+                continue;
+            };
+            let raw: Option<String> = conn.hget(&sk.holds, id).await?;
+            if let Some(r) = raw.and_then(|r| HoldRecord::parse(&r)) {
+                return Ok(Some((shard, r)));
+            }
+        }
+        Ok(None)
     }
 
     /// Gives a hold's units back (`reason`: cancelled | rejected | expired).
@@ -319,7 +457,6 @@ impl Engine {
             .key(keys.all().as_slice())
             .arg(id)
             .arg(reason)
-            .arg(now_ms())
             .arg(shard)
             .arg("0")
             .invoke_async(&mut conn)
@@ -334,7 +471,9 @@ impl Engine {
     /// `true` when no shard has stock or reclaimable (expired) holds.
     pub async fn all_shards_empty(&self, sale: &Sale) -> Result<bool, RedisError> {
         let mut conn = self.conn.clone();
-        let now = now_ms();
+        // Redis's clock, as the scripts that expire holds use it.
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let now = secs * 1000 + micros / 1000;
         for k in &sale.shards {
             let stock: Option<i64> = redis::cmd("GET")
                 .arg(&k.stock)

@@ -141,18 +141,31 @@ impl ShardKeys {
 
     /// The idempotency record of (account, Idempotency-Key) on this shard.
     pub fn idem(&self, account: &str, key: &str) -> String {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        h.update(account.as_bytes());
-        h.update([0u8]);
-        h.update(key.as_bytes());
-        format!("{}:idem:{}", self.base, hex::encode(&h.finalize()[..16]))
+        self.idem_at(&idem_hash(account, key))
+    }
+
+    /// The idempotency record named by its hash (as holds and Postgres keep
+    /// it, so a cold rebuild can restore the record).
+    pub fn idem_at(&self, hash: &str) -> String {
+        format!("{}:idem:{hash}", self.base)
     }
 
     /// take.lua's once-only decision for a spilled hold on this shard.
     pub fn spill_marker(&self, hold_id: &str) -> String {
         format!("{}:spill:{hold_id}", self.base)
     }
+}
+
+/// The hash naming (account, Idempotency-Key)'s record: 16 bytes of
+/// SHA-256, hex. Holds carry it (and Postgres keeps it) so a cold rebuild
+/// can restore the record without knowing the key itself.
+pub fn idem_hash(account: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(account.as_bytes());
+    h.update([0u8]);
+    h.update(key.as_bytes());
+    hex::encode(&h.finalize()[..16])
 }
 
 /// The product's Lua scripts, each `lua/_lib.lua` + its own file.
@@ -185,7 +198,7 @@ impl Scripts {
             sweep: with_lib(include_str!("../../lua/sweep.lua")),
             reconcile: Script::new(include_str!("../../lua/reconcile.lua")),
             rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
-            confirm: Script::new(include_str!("../../lua/confirm.lua")),
+            confirm: with_lib(include_str!("../../lua/confirm.lua")),
         }
     }
 }

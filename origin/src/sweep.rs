@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::{AsyncCommands, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::reservations::{Engine, now_ms};
+use crate::reservations::Engine;
 use crate::sales::{Sale, SaleRegistry};
 
 /// Expired holds given back per shard per script call.
@@ -38,7 +38,6 @@ pub async fn sweep_sale(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64>
                 .scripts
                 .sweep
                 .key(k.all().as_slice())
-                .arg(now_ms())
                 .arg(i)
                 .arg(BATCH)
                 .invoke_async(&mut conn)

@@ -523,3 +523,129 @@ async fn scripts_reload_after_script_flush() {
     );
     app.stop().await;
 }
+
+/// Issue 21 #1: one Idempotency-Key is one request. For each of many
+/// accounts, sixteen concurrent requests share a key with qty 1 and 2 while
+/// the account's home shard is empty (so the first one spills): one hold,
+/// the qty of the request that came first, every request with the other
+/// qty refused 422 — and no account ever holds more than its limit, nor
+/// more than its home shard counts, even after more keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_key_with_another_qty_is_refused_and_never_passes_the_limit() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers {
+            reconcile: false,
+            ..Workers::ALL
+        },
+        ..AppOptions::default()
+    })
+    .await;
+    let cfg = app.create_sale(sale_spec("reqty", 400, 2, 2)).await;
+    let sale = app.state.sales.get("reqty").await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    // Accounts whose home is shard 0, which is emptied behind the product's
+    // back so that every first request spills to shard 1.
+    let accounts: Vec<String> = (0..)
+        .map(|i| format!("acct{i}"))
+        .filter(|a| origin::reservations::home_shard(a, 2) == 0)
+        .take(24)
+        .collect();
+    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
+    let _: () = conn.set(&hk.stock, 0).await.unwrap();
+    for acct in &accounts {
+        let token = app.admit(acct, "reqty");
+        let answers = futures::future::join_all((0..16).map(|i| {
+            let body = if i % 2 == 0 {
+                r#"{"qty":1}"#
+            } else {
+                r#"{"qty":2}"#
+            };
+            app.reserve("reqty", Some(&token), Some("one-key"), body)
+        }))
+        .await;
+        let mut ids = HashSet::new();
+        let mut granted_qty = HashSet::new();
+        for (i, (s, b, _)) in answers.iter().enumerate() {
+            match s {
+                202 => {
+                    ids.insert(b["reservation_id"].as_str().unwrap().to_string());
+                    granted_qty.insert(if i % 2 == 0 { 1 } else { 2 });
+                }
+                422 => assert_eq!(b["error"]["code"], "idempotency_key_reused", "{b}"),
+                _ => panic!("unexpected answer {s} {b}"),
+            }
+        }
+        assert_eq!(ids.len(), 1, "one key, one reservation: {answers:?}");
+        assert_eq!(
+            granted_qty.len(),
+            1,
+            "{acct}: only requests with the first request's body are answered 202"
+        );
+        // More keys until the limit says no.
+        for k in 0..3 {
+            app.reserve(
+                "reqty",
+                Some(&token),
+                Some(&format!("more{k}")),
+                r#"{"qty":1}"#,
+            )
+            .await;
+        }
+    }
+    let mut units: HashMap<String, i64> = HashMap::new();
+    for k in &sale.shards {
+        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+        for raw in holds.values() {
+            let h: Value = serde_json::from_str(raw).unwrap();
+            *units
+                .entry(h["a"].as_str().unwrap().to_string())
+                .or_default() += h["q"].as_i64().unwrap();
+        }
+    }
+    for acct in &accounts {
+        let held = units.get(acct).copied().unwrap_or(0);
+        assert!(held <= 2, "{acct} holds {held} units at limit 2");
+        let count: i64 = conn.hget(&hk.users, acct).await.unwrap();
+        assert_eq!(
+            count, held,
+            "{acct}: the home count is exactly what it holds"
+        );
+    }
+    // Sequentially: a replay with the same body is the same answer, with
+    // another body it is refused and changes nothing.
+    let token = app.admit("solo", "reqty");
+    let (s, b, _) = app
+        .reserve("reqty", Some(&token), Some("solo-key"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+    for _ in 0..100 {
+        if origin::settlement::lag(&app.state.engine, &sale)
+            .await
+            .unwrap()
+            == 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = app.redis_snapshot().await;
+    let (s, b, _) = app
+        .reserve("reqty", Some(&token), Some("solo-key"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    assert_eq!(
+        app.redis_snapshot().await,
+        before,
+        "a refused replay changes nothing"
+    );
+    let (s, b, h) = app
+        .reserve("reqty", Some(&token), Some("solo-key"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!((s, b["reservation_id"].as_str()), (202, Some(id.as_str())));
+    assert!(h.get("idempotent-replayed").is_some());
+    app.stop().await;
+}

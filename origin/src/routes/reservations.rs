@@ -191,6 +191,12 @@ async fn create_inner(
             message: "the sale's stock is being restored; retry shortly".into(),
             retry_after: 5,
         }),
+        Outcome::KeyReused { first_qty } => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!(
+                "this Idempotency-Key was used for a request of qty {first_qty}; one key is one request"
+            ),
+        )),
         Outcome::Gone { reservation_id } => Err(ApiError::Gone {
             code: "reservation_released",
             message: format!(
