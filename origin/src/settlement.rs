@@ -10,8 +10,13 @@
 //!   a whole does not fit, holds are taken one by one in stream order and
 //!   those that do not fit are marked `rejected`; after commit their Redis
 //!   units are released (release.lua);
-//! - releases (cancel, expiry, rejection) move a reservation only from a live
-//!   status (`WHERE status IN (…)`), so a repeat is a no-op, and give `held` back.
+//! - releases (cancel, expiry, rejection) are applied first, so a hold in the
+//!   same batch can use the unit a release freed (the reclaim at sell-out
+//!   writes such a pair); they move a reservation only from a live status
+//!   (`WHERE status IN (…)`), so a repeat is a no-op, and give `held` back.
+//!   A release whose hold Postgres has not seen yet (its batch failed and is
+//!   still pending) writes the row as released from the fields the release
+//!   record carries; the hold, when claimed, then changes nothing.
 //!
 //! Entries are acknowledged (and deleted from the stream) only after the
 //! commit. Entries a dead consumer left pending are claimed with XAUTOCLAIM
@@ -101,7 +106,22 @@ pub enum Record {
     Release {
         id: String,
         reason: String,
+        /// What Postgres needs to write the row itself when the release
+        /// arrives before its hold (absent in records written before these
+        /// fields existed).
+        row: Option<ReleasedRow>,
     },
+}
+
+/// A released hold's row, carried by its release record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleasedRow {
+    pub account: String,
+    pub qty: i32,
+    pub shard: i32,
+    pub home: i32,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
 }
 
 fn field(e: &StreamId, name: &str) -> Option<String> {
@@ -134,9 +154,20 @@ pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
         "release" => {
             let reason = field(e, "reason")?;
             matches!(reason.as_str(), "expired" | "cancelled" | "rejected").then_some(())?;
+            let row = (|| {
+                Some(ReleasedRow {
+                    account: field(e, "acct")?,
+                    qty: field(e, "qty")?.parse().ok().filter(|q| *q > 0)?,
+                    shard: field(e, "shard")?.parse().ok()?,
+                    home: field(e, "home")?.parse().ok()?,
+                    created_at: ms_time(field(e, "created"))?,
+                    expires_at: ms_time(field(e, "exp"))?,
+                })
+            })();
             Some(Record::Release {
                 id: field(e, "id")?,
                 reason,
+                row,
             })
         }
         _ => None,
@@ -284,6 +315,11 @@ impl Settler {
         }
 
         let mut tx = self.pool.begin().await?;
+        // Releases first. They only give units back, and the batch commits
+        // as a whole, so this order can never take the sale over total; the
+        // other order can refuse a hold whose unit a release in the same
+        // batch freed (the reclaim at sell-out writes exactly that pair).
+        out.released = apply_releases(&mut tx, sale_id, &releases).await?;
         let mut rejected_ids: Vec<String> = Vec::new();
         if !holds.is_empty() {
             let (mut ids, mut accts, mut qtys, mut shards, mut homes, mut created, mut expires) =
@@ -364,44 +400,6 @@ impl Settler {
             .fetch_all(&mut *tx)
             .await?;
             rejected_ids.extend(earlier);
-        }
-        if !releases.is_empty() {
-            let mut by_reason: HashMap<&str, Vec<String>> = HashMap::new();
-            for r in &releases {
-                if let Record::Release { id, reason } = r {
-                    by_reason
-                        .entry(reason.as_str())
-                        .or_default()
-                        .push(id.clone());
-                }
-            }
-            for (reason, ids) in by_reason {
-                let status = match reason {
-                    "expired" => "expired",
-                    "cancelled" => "cancelled",
-                    _ => "rejected",
-                };
-                let released: Vec<i32> = sqlx::query_scalar(
-                    "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
-                     WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
-                     RETURNING qty",
-                )
-                .bind(&ids)
-                .bind(status)
-                .bind(reason)
-                .bind(sale_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                out.released += released.len();
-                let n: i32 = released.iter().sum();
-                if n > 0 {
-                    sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
-                        .bind(sale_id)
-                        .bind(n)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-            }
         }
         tx.commit().await?;
 
@@ -545,6 +543,117 @@ impl Settler {
             }
         }
     }
+}
+
+fn released_status(reason: &str) -> &'static str {
+    match reason {
+        "expired" => "expired",
+        "cancelled" => "cancelled",
+        _ => "rejected",
+    }
+}
+
+/// Moves released reservations out of their live status and gives their
+/// units back; returns how many it released. A release whose hold Postgres
+/// does not know yet (the hold's batch failed and is still pending, or it
+/// comes later in this batch) writes the row as released from what the
+/// release record carries, so the hold, when it arrives, finds its row and
+/// takes nothing (`ON CONFLICT DO NOTHING`): no phantom live row.
+async fn apply_releases(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sale_id: &str,
+    releases: &[Record],
+) -> Result<usize, sqlx::Error> {
+    if releases.is_empty() {
+        return Ok(0);
+    }
+    let mut by_reason: HashMap<&str, Vec<String>> = HashMap::new();
+    for r in releases {
+        if let Record::Release { id, reason, .. } = r {
+            by_reason
+                .entry(reason.as_str())
+                .or_default()
+                .push(id.clone());
+        }
+    }
+    let mut count = 0;
+    for (reason, ids) in &by_reason {
+        let released: Vec<i32> = sqlx::query_scalar(
+            "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
+             WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
+             RETURNING qty",
+        )
+        .bind(ids)
+        .bind(released_status(reason))
+        .bind(reason)
+        .bind(sale_id)
+        .fetch_all(&mut **tx)
+        .await?;
+        count += released.len();
+        let n: i32 = released.iter().sum();
+        if n > 0 {
+            sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+                .bind(sale_id)
+                .bind(n)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    let all: Vec<String> = by_reason.values().flatten().cloned().collect();
+    let known: std::collections::HashSet<String> =
+        sqlx::query_scalar("SELECT id FROM reservations WHERE id = ANY($1)")
+            .bind(&all)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect();
+    let (mut ids, mut accts, mut qtys, mut shards, mut homes) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    let (mut created, mut expires, mut statuses, mut reasons) = (vec![], vec![], vec![], vec![]);
+    for r in releases {
+        let Record::Release { id, reason, row } = r else {
+            continue;
+        };
+        if known.contains(id) || ids.contains(id) {
+            continue;
+        }
+        let Some(row) = row else {
+            tracing::warn!(sale = %sale_id, %id, "release of a hold Postgres does not know, without the hold's fields; nothing written");
+            continue;
+        };
+        ids.push(id.clone());
+        accts.push(row.account.clone());
+        qtys.push(row.qty);
+        shards.push(row.shard);
+        homes.push(row.home);
+        created.push(row.created_at);
+        expires.push(row.expires_at);
+        statuses.push(released_status(reason));
+        reasons.push(reason.clone());
+    }
+    if !ids.is_empty() {
+        sqlx::query(
+            "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, released_at, release_reason)
+             SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason
+             FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[])
+                  AS u(id, account, qty, shard, home, created_at, expires_at, status, reason)
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(sale_id)
+        .bind(&ids)
+        .bind(&accts)
+        .bind(&qtys)
+        .bind(&shards)
+        .bind(&homes)
+        .bind(&created)
+        .bind(&expires)
+        .bind(&statuses)
+        .bind(&reasons)
+        .execute(&mut **tx)
+        .await?;
+        count += ids.len();
+    }
+    Ok(count)
 }
 
 /// The conditional inventory update: takes `n` units into `held` only if

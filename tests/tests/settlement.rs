@@ -431,3 +431,126 @@ async fn redis_losing_its_data_mid_sale_is_503_then_rebuilt_and_selling_goes_on(
     assert_eq!(sale_report.drift, 0);
     app.stop().await;
 }
+
+/// Issue 21 #2: a release that reaches Postgres before its hold (the hold's
+/// batch failed before commit and is still pending) must not leave a phantom
+/// live row when the hold is finally claimed: the hold ends released, its
+/// unit counted nowhere, and the reconciler finds nothing to say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_settled_before_its_hold_leaves_no_phantom_row() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("early", 4, 2, 1)).await;
+    let sale = app.state.sales.get("early").await.unwrap().unwrap();
+    let token = app.admit("erin", "early");
+    let (s, b, _) = app
+        .reserve("early", Some(&token), Some("k"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+    // A real failure between the read and the commit: Postgres refuses the
+    // insert while this trigger exists, so the batch rolls back and its
+    // entry stays pending on this consumer.
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_insert() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$;
+         CREATE TRIGGER refuse_insert BEFORE INSERT ON reservations
+           FOR EACH ROW EXECUTE FUNCTION refuse_insert();",
+    )
+    .execute(&app.state.pool)
+    .await
+    .unwrap();
+    let first = app.state.settler();
+    assert!(
+        first.settle_shard(&sale, 0).await.is_err(),
+        "the injected failure fails the batch"
+    );
+    sqlx::raw_sql("DROP TRIGGER refuse_insert ON reservations")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    // The hold is cancelled; its release is a new entry, settled first.
+    assert_eq!(app.cancel(&id, &token).await, 200);
+    let o = first.settle_shard(&sale, 0).await.unwrap();
+    assert_eq!(o.entries, 1, "only the release is new");
+    // Later another worker claims the hold left pending.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let second = app.state.settler();
+    let o = second.claim_shard(&sale, 0).await.unwrap();
+    assert_eq!(o.entries, 1, "the pending hold is claimed");
+    assert_eq!(
+        origin::settlement::lag(&app.state.engine, &sale)
+            .await
+            .unwrap(),
+        0
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1")
+        .bind(&id)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(status, "cancelled", "the hold ends released, not live");
+    assert_eq!(
+        inventory(&app, "early").await,
+        (4, 0, 0),
+        "no unit is counted as held"
+    );
+    let report = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!((report.lag, report.drift), (0, 0), "{report:?}");
+    assert!(report.mismatched_shards.is_empty(), "{report:?}");
+    app.stop().await;
+}
+
+/// Issue 21 #3: at exact sell-out, a reservation that reclaims an expired
+/// hold writes that hold's release and its own hold in one script; applied
+/// holds-first, Postgres would see the sale full and reject the new hold
+/// although its unit was free. Entries are applied in an order in which the
+/// freed unit counts first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_that_reclaims_an_expired_one_at_sell_out_is_not_rejected() {
+    for round in 0..3 {
+        let app = TestApp::spawn_with(AppOptions {
+            workers: Workers {
+                sweep: false,
+                reconcile: false,
+                ..Workers::ALL
+            },
+            ..Default::default()
+        })
+        .await;
+        let sale_id = format!("last{round}");
+        let mut spec = sale_spec(&sale_id, 1, 1, 1);
+        spec.hold_seconds = 1;
+        app.create_sale(spec).await;
+        let first = app.admit("first", &sale_id);
+        let (s, b, _) = app
+            .reserve(&sale_id, Some(&first), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        wait_settled(&app, &sale_id).await;
+        assert_eq!(inventory(&app, &sale_id).await, (1, 1, 0));
+        tokio::time::sleep(Duration::from_millis(1_300)).await;
+        // The sweep is off: this reservation reclaims the expired hold itself.
+        let second = app.admit("second", &sale_id);
+        let (s, b, _) = app
+            .reserve(&sale_id, Some(&second), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        let id = b["reservation_id"].as_str().unwrap().to_string();
+        wait_settled(&app, &sale_id).await;
+        let status: String = sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+        assert_eq!(status, "settled", "round {round}: the freed unit is sold");
+        assert_eq!(inventory(&app, &sale_id).await, (1, 1, 0));
+        assert_eq!(app.redis_hold_ids(&sale_id).await, HashSet::from([id]));
+        app.stop().await;
+    }
+}
