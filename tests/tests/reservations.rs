@@ -649,3 +649,69 @@ async fn same_key_with_another_qty_is_refused_and_never_passes_the_limit() {
     assert!(h.get("idempotent-replayed").is_some());
     app.stop().await;
 }
+
+/// Issue 21 #7: a process that stops between take.lua (the hold granted on
+/// another shard) and quota_commit (where it landed, recorded at home) must
+/// not hide the hold: cancel, status and purchase still find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers {
+            reconcile: false,
+            ..Workers::ALL
+        },
+        ..AppOptions::default()
+    })
+    .await;
+    let cfg = app.create_sale(sale_spec("crashspill", 9, 2, 3)).await;
+    let sale = app.state.sales.get("crashspill").await.unwrap().unwrap();
+    let home = origin::reservations::home_shard("dora", 3);
+    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
+    let mut conn = app.redis().await;
+    let _: () = conn.set(&hk.stock, 0).await.unwrap();
+    // Run the engine's steps as the request would, and stop after take.lua.
+    let call = origin::reservations::ReserveCall::new(&sale, "dora", 2, "k");
+    let engine = &app.state.engine;
+    let origin::reservations::HomeStep::Spill { hold_id, qty } =
+        engine.reserve_home(&call).await.unwrap()
+    else {
+        panic!("the home shard is empty: the request spills");
+    };
+    let shard = (home + 2) % 3;
+    let _: () = conn
+        .set(&sale.shards[(home + 1) % 3].stock, 0)
+        .await
+        .unwrap();
+    let took = engine.take(&call, &hold_id, qty, shard).await.unwrap();
+    assert!(
+        matches!(took, origin::reservations::Took::Held(_)),
+        "{took:?}"
+    );
+    // The process is gone. The hold is still found:
+    let token = app.admit("dora", "crashspill");
+    let (s, b) = app
+        .get(&format!("/api/reservations/{hold_id}"), Some(&token))
+        .await;
+    assert_eq!((s, b["status"].as_str()), (200, Some("held")), "{b}");
+    let found = engine.find_hold(&sale, &hold_id, home).await.unwrap();
+    assert_eq!(
+        found.map(|(s, _)| s),
+        Some(shard),
+        "found on the shard that holds it"
+    );
+    let stock_before: i64 = conn.get(&sale.shards[shard].stock).await.unwrap();
+    assert_eq!(app.cancel(&hold_id, &token).await, 200, "cancel finds it");
+    let stock_after: i64 = conn.get(&sale.shards[shard].stock).await.unwrap();
+    assert_eq!(stock_after, stock_before + 2, "its units are back");
+    // And dora's quota comes back on her home shard (via the sweep).
+    let mut count: Option<i64> = Some(2);
+    for _ in 0..100 {
+        count = conn.hget(&hk.users, "dora").await.unwrap();
+        if count.is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count, None, "no quota left counted for a hold that is gone");
+    app.stop().await;
+}
