@@ -46,7 +46,8 @@ local function release_hold(id, raw, reason, now, shard)
     redis.call('RPUSH', KEYS[7], cjson.encode({id = id, a = h.a, q = h.q, h = h.h}))
   end
   redis.call('XADD', KEYS[6], '*', 't', 'release', 'id', id, 'acct', h.a, 'qty', h.q,
-    'shard', shard, 'home', h.h, 'created', h.c, 'exp', h.e, 'reason', reason, 'at', now)
+    'shard', shard, 'home', h.h, 'created', h.c, 'exp', h.e, 'idem', h.k or '', 'rq', h.r or h.q,
+    'reason', reason, 'at', now)
   return h.q
 end
 

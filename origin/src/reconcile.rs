@@ -26,7 +26,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::reservations::Engine;
+use crate::reservations::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
 use crate::sales::{Sale, SaleRegistry, shard_units};
 use crate::settlement;
 
@@ -51,18 +51,13 @@ pub struct Report {
 #[derive(sqlx::FromRow)]
 struct LiveRow {
     id: String,
-    account: String,
     qty: i32,
-    status: String,
     shard: i32,
-    home: i32,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
 }
 
 async fn live_reservations(pool: &PgPool, sale: &str) -> Result<Vec<LiveRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, account, qty, status, shard, home, created_at, expires_at FROM reservations
+        "SELECT id, qty, shard FROM reservations
          WHERE sale_id = $1 AND status IN ('settled', 'pending_payment', 'paid')",
     )
     .bind(sale)
@@ -164,9 +159,47 @@ pub async fn reconcile_sale(
     Ok(report)
 }
 
+/// A reservation as a rebuild needs it: live ones become holds and counts;
+/// any recent one with an Idempotency-Key gets its key record back.
+#[derive(sqlx::FromRow)]
+struct RebuildRow {
+    id: String,
+    account: String,
+    qty: i32,
+    status: String,
+    shard: i32,
+    home: i32,
+    created_at: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    idem: Option<String>,
+    requested_qty: Option<i32>,
+}
+
+impl RebuildRow {
+    fn live(&self) -> bool {
+        matches!(self.status.as_str(), "settled" | "pending_payment" | "paid")
+    }
+}
+
 /// Rebuilds every shard of `sale` whose keys are gone; returns them.
-/// Waits (bounded) for the surviving shards' streams to drain first, so the
-/// per-user counts it restores include every settled hold.
+///
+/// Where each fact comes from:
+/// - holds ON a lost shard, and its stock: Postgres (its stream was lost
+///   with it, so holds it had not settled are gone and their units are for
+///   sale again);
+/// - the per-user counts and spill quota of accounts whose HOME is a lost
+///   shard: Postgres for their holds on lost shards, and the surviving
+///   shards' own hold records for the rest — settled or not, so a lagging
+///   settler cannot make a count too low (no waiting on settlement);
+/// - Idempotency-Key records of those accounts: the key hash each hold
+///   carries (Postgres, and the surviving hold records), so a retried key
+///   gets its first answer, never a second hold.
+///
+/// Key records are restored (`SET NX`) before rebuild.lua sets the stock:
+/// until then the shard answers UNINITIALIZED, so nothing races them.
+/// While a home shard is lost its accounts cannot start a reservation; only
+/// a spill already under way when it was lost can still land a hold (then
+/// counted if it landed before this rebuild reads the surviving shards).
 pub async fn rebuild_sale(
     engine: &Engine,
     pool: &PgPool,
@@ -174,38 +207,118 @@ pub async fn rebuild_sale(
 ) -> Result<Vec<usize>, ReconcileError> {
     let cfg = &sale.config;
     let mut conn = engine.conn.clone();
-    for _ in 0..50 {
-        if settlement::lag(engine, sale).await? == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let live = live_reservations(pool, &cfg.id).await?;
-    let mut rebuilt = Vec::new();
+    let mut lost = Vec::new();
     for (i, k) in sale.shards.iter().enumerate() {
         let exists: bool = conn.exists(&k.stock).await?;
-        if exists {
+        if !exists {
+            lost.push(i);
+        }
+    }
+    if lost.is_empty() {
+        return Ok(lost);
+    }
+    // Holds on surviving shards, as those shards hold them now.
+    let mut surviving: Vec<(String, usize, HoldRecord)> = Vec::new();
+    for (i, k) in sale.shards.iter().enumerate() {
+        if lost.contains(&i) {
             continue;
         }
-        let on_shard: Vec<&LiveRow> = live.iter().filter(|r| r.shard as usize == i).collect();
+        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await?;
+        for (id, raw) in holds {
+            if let Some(h) = HoldRecord::parse(&raw) {
+                surviving.push((id, i, h));
+            }
+        }
+    }
+    let since = Utc::now() - chrono::Duration::seconds(IDEMPOTENCY_TTL_SECS as i64);
+    let rows: Vec<RebuildRow> = sqlx::query_as(
+        "SELECT id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty
+         FROM reservations
+         WHERE sale_id = $1 AND (status IN ('settled', 'pending_payment', 'paid')
+                                 OR (idem IS NOT NULL AND created_at > $2))",
+    )
+    .bind(&cfg.id)
+    .bind(since)
+    .fetch_all(pool)
+    .await?;
+    let now_ms = Utc::now().timestamp_millis();
+    let mut rebuilt = Vec::new();
+    for &i in &lost {
+        let k = &sale.shards[i];
+        let on_shard: Vec<&RebuildRow> = rows
+            .iter()
+            .filter(|r| r.live() && r.shard as usize == i)
+            .collect();
         let stock = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
             - on_shard.iter().map(|r| i64::from(r.qty)).sum::<i64>();
         let holds: Vec<_> = on_shard
             .iter()
             .map(|r| {
                 let s = if r.status == "paid" { "paid" } else { "held" };
-                json!([r.id, {"a": r.account, "q": r.qty, "e": r.expires_at.timestamp_millis(),
-                              "h": r.home, "c": r.created_at.timestamp_millis(), "s": s}])
+                let mut h = json!({"a": r.account, "q": r.qty, "e": r.expires_at.timestamp_millis(),
+                                   "h": r.home, "c": r.created_at.timestamp_millis(), "s": s});
+                if let Some(idem) = &r.idem {
+                    h["k"] = json!(idem);
+                    h["r"] = json!(r.requested_qty.unwrap_or(r.qty));
+                }
+                json!([r.id, h])
             })
             .collect();
+        // Every hold of an account whose home is i: (id, account, qty, shard).
+        let mut owed: Vec<(&str, &str, i64, usize)> = rows
+            .iter()
+            .filter(|r| r.live() && r.home as usize == i && lost.contains(&(r.shard as usize)))
+            .map(|r| {
+                (
+                    r.id.as_str(),
+                    r.account.as_str(),
+                    i64::from(r.qty),
+                    r.shard as usize,
+                )
+            })
+            .collect();
+        owed.extend(
+            surviving
+                .iter()
+                .filter(|(_, _, h)| h.home == i)
+                .map(|(id, s, h)| (id.as_str(), h.account.as_str(), h.qty, *s)),
+        );
         let mut users: HashMap<&str, i64> = HashMap::new();
         let mut quota = Vec::new();
-        for r in live.iter().filter(|r| r.home as usize == i) {
-            *users.entry(r.account.as_str()).or_default() += i64::from(r.qty);
-            if r.shard != r.home {
-                quota.push(json!([r.id, {"a": r.account, "q": r.qty, "s": r.shard}]));
+        for (id, account, qty, shard) in &owed {
+            *users.entry(account).or_default() += qty;
+            if *shard != i {
+                quota.push(json!([id, {"a": account, "q": qty, "s": shard}]));
             }
         }
+        // Key records: from Postgres, then the surviving holds (newer).
+        let mut idem: HashMap<&str, (serde_json::Value, i64)> = HashMap::new();
+        for r in rows.iter().filter(|r| r.home as usize == i) {
+            let Some(hash) = &r.idem else { continue };
+            let rec = json!({"st": "held", "id": r.id, "sh": r.shard, "e": r.expires_at.timestamp_millis(),
+                             "q": r.qty, "rq": r.requested_qty.unwrap_or(r.qty)});
+            idem.insert(hash, (rec, r.created_at.timestamp_millis()));
+        }
+        for (id, s, h) in surviving.iter().filter(|(_, _, h)| h.home == i) {
+            let Some(hash) = &h.idem else { continue };
+            let rec = json!({"st": "held", "id": id, "sh": s, "e": h.expires_ms, "q": h.qty,
+                             "rq": h.requested.unwrap_or(h.qty)});
+            idem.insert(hash, (rec, h.created_ms as i64));
+        }
+        let mut pipe = redis::pipe();
+        for (hash, (rec, created_ms)) in &idem {
+            let ttl = IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000;
+            if ttl > 0 {
+                pipe.cmd("SET")
+                    .arg(k.idem_at(hash))
+                    .arg(rec.to_string())
+                    .arg("NX")
+                    .arg("EX")
+                    .arg(ttl)
+                    .ignore();
+            }
+        }
+        let _: () = pipe.query_async(&mut conn).await?;
         let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
         let data = json!({"holds": holds, "users": users, "quota": quota});
         let done: i64 = engine
@@ -217,7 +330,7 @@ pub async fn rebuild_sale(
             .invoke_async(&mut conn)
             .await?;
         if done == 1 {
-            tracing::warn!(sale = %cfg.id, shard = i, stock, holds = on_shard.len(), "rebuilt shard from Postgres");
+            tracing::warn!(sale = %cfg.id, shard = i, stock, holds = on_shard.len(), keys = idem.len(), "rebuilt shard from Postgres and the surviving shards");
             metrics::counter!("flashsale_rebuilt_shards_total").increment(1);
             rebuilt.push(i);
         }

@@ -519,10 +519,16 @@ pub struct HoldRecord {
     pub created_ms: u64,
     #[serde(rename = "s")]
     pub status: String,
+    /// The Idempotency-Key's hash (holds granted before it was kept: none).
+    #[serde(rename = "k", default)]
+    pub idem: Option<String>,
+    /// The qty the request asked for (a partial fill holds less).
+    #[serde(rename = "r", default)]
+    pub requested: Option<i64>,
 }
 
 impl HoldRecord {
-    fn parse(raw: &str) -> Option<Self> {
+    pub fn parse(raw: &str) -> Option<Self> {
         serde_json::from_str(raw).ok()
     }
 }

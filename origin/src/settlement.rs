@@ -102,6 +102,10 @@ pub enum Record {
         home: i32,
         created_at: DateTime<Utc>,
         expires_at: DateTime<Utc>,
+        /// The Idempotency-Key's hash and the qty the request asked for
+        /// (absent in records written before they existed).
+        idem: Option<String>,
+        requested: Option<i32>,
     },
     Release {
         id: String,
@@ -122,6 +126,8 @@ pub struct ReleasedRow {
     pub home: i32,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    pub idem: Option<String>,
+    pub requested: Option<i32>,
 }
 
 fn field(e: &StreamId, name: &str) -> Option<String> {
@@ -149,6 +155,10 @@ pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
                 home: field(e, "home")?.parse().ok()?,
                 created_at: ms_time(field(e, "at"))?,
                 expires_at: ms_time(field(e, "exp"))?,
+                idem: field(e, "idem").filter(|k| !k.is_empty()),
+                requested: field(e, "rq")
+                    .and_then(|q| q.parse().ok())
+                    .filter(|q| *q > 0),
             })
         }
         "release" => {
@@ -162,6 +172,10 @@ pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
                     home: field(e, "home")?.parse().ok()?,
                     created_at: ms_time(field(e, "created"))?,
                     expires_at: ms_time(field(e, "exp"))?,
+                    idem: field(e, "idem").filter(|k| !k.is_empty()),
+                    requested: field(e, "rq")
+                        .and_then(|q| q.parse().ok())
+                        .filter(|q| *q > 0),
                 })
             })();
             Some(Record::Release {
@@ -324,6 +338,7 @@ impl Settler {
         if !holds.is_empty() {
             let (mut ids, mut accts, mut qtys, mut shards, mut homes, mut created, mut expires) =
                 (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+            let (mut idems, mut requested_qtys) = (vec![], vec![]);
             for h in &holds {
                 if let Record::Hold {
                     id,
@@ -333,8 +348,12 @@ impl Settler {
                     home,
                     created_at,
                     expires_at,
+                    idem,
+                    requested,
                 } = h
                 {
+                    idems.push(idem.clone());
+                    requested_qtys.push(*requested);
                     ids.push(id.clone());
                     accts.push(account.clone());
                     qtys.push(*qty);
@@ -345,10 +364,10 @@ impl Settler {
                 }
             }
             let inserted: Vec<(String, i32)> = sqlx::query_as(
-                "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at)
-                 SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at
-                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[])
-                      WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, n)
+                "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty)
+                 SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at, u.idem, u.rq
+                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int[])
+                      WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, n)
                  ORDER BY u.n
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id, qty",
@@ -361,6 +380,8 @@ impl Settler {
             .bind(&homes)
             .bind(&created)
             .bind(&expires)
+            .bind(&idems)
+            .bind(&requested_qtys)
             .fetch_all(&mut *tx)
             .await?;
             out.inserted = inserted.len();
@@ -610,6 +631,7 @@ async fn apply_releases(
     let (mut ids, mut accts, mut qtys, mut shards, mut homes) =
         (vec![], vec![], vec![], vec![], vec![]);
     let (mut created, mut expires, mut statuses, mut reasons) = (vec![], vec![], vec![], vec![]);
+    let (mut idems, mut requested) = (vec![], vec![]);
     for r in releases {
         let Record::Release { id, reason, row } = r else {
             continue;
@@ -630,13 +652,17 @@ async fn apply_releases(
         expires.push(row.expires_at);
         statuses.push(released_status(reason));
         reasons.push(reason.clone());
+        idems.push(row.idem.clone());
+        requested.push(row.requested);
     }
     if !ids.is_empty() {
         sqlx::query(
-            "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, released_at, release_reason)
-             SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason
-             FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::text[])
-                  AS u(id, account, qty, shard, home, created_at, expires_at, status, reason)
+            "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at,
+                                       released_at, release_reason, idem, requested_qty)
+             SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq
+             FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[],
+                         $9::text[], $10::text[], $11::text[], $12::int[])
+                  AS u(id, account, qty, shard, home, created_at, expires_at, status, reason, idem, rq)
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(sale_id)
@@ -649,6 +675,8 @@ async fn apply_releases(
         .bind(&expires)
         .bind(&statuses)
         .bind(&reasons)
+        .bind(&idems)
+        .bind(&requested)
         .execute(&mut **tx)
         .await?;
         count += ids.len();

@@ -554,3 +554,122 @@ async fn a_hold_that_reclaims_an_expired_one_at_sell_out_is_not_rejected() {
         app.stop().await;
     }
 }
+
+/// Deletes every key of one shard's hash tag, as losing the cluster master
+/// that held its slot (without a replica) would.
+async fn lose_shard(app: &TestApp, keys: &origin::store::ShardKeys) {
+    let mut conn = app.redis().await;
+    let pattern = format!("{}*", keys.stock.trim_end_matches("stock"));
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!names.is_empty());
+    let _: () = conn.del(names).await.unwrap();
+}
+
+/// Issue 21 #6: a cold rebuild restores Idempotency-Key records (a retried
+/// key gets its first answer, not a second hold) and counts every unit an
+/// account holds — also the spilled holds the settler has not written to
+/// Postgres yet — so the per-user limit survives the loss of a home shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    let cfg = app.create_sale(sale_spec("lagging", 30, 2, 3)).await;
+    let sale = app.state.sales.get("lagging").await.unwrap().unwrap();
+    let accounts: Vec<String> = (0..)
+        .map(|i| format!("a{i}"))
+        .filter(|a| origin::reservations::home_shard(a, 3) == 0)
+        .take(2)
+        .collect();
+    let (jay, ivy) = (accounts[0].as_str(), accounts[1].as_str());
+    let home = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
+    // jay holds one unit on his home shard, settled in Postgres.
+    let jay_t = app.admit(jay, "lagging");
+    let (s, b, _) = app
+        .reserve("lagging", Some(&jay_t), Some("j1"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let jay_id = b["reservation_id"].as_str().unwrap().to_string();
+    let settler = app.state.settler();
+    while settler.settle_shard(&sale, 0).await.unwrap().entries > 0 {}
+    // ivy's two units spill to another shard; the settler lags behind them.
+    let mut conn = app.redis().await;
+    let _: () = conn.set(&home.stock, 0).await.unwrap();
+    let ivy_t = app.admit(ivy, "lagging");
+    let (s, b, _) = app
+        .reserve("lagging", Some(&ivy_t), Some("i1"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let ivy_id = b["reservation_id"].as_str().unwrap().to_string();
+    assert!(
+        origin::settlement::lag(&app.state.engine, &sale)
+            .await
+            .unwrap()
+            > 0
+    );
+
+    lose_shard(&app, &home).await;
+    let (s, _, _) = app
+        .reserve("lagging", Some(&ivy_t), Some("i2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 503, "never sells blind");
+    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![0]);
+
+    // ivy's unsettled spilled hold counts: her limit is reached.
+    let count: i64 = conn.hget(&home.users, ivy).await.unwrap();
+    assert_eq!(
+        count, 2,
+        "the home count includes the spilled, unsettled hold"
+    );
+    let (s, b, _) = app
+        .reserve("lagging", Some(&ivy_t), Some("i2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit"))
+    );
+    // Retried keys get their first answers, from Postgres (jay) and from
+    // the surviving shard's hold record (ivy).
+    for (t, key, body, id) in [
+        (&jay_t, "j1", r#"{"qty":1}"#, &jay_id),
+        (&ivy_t, "i1", r#"{"qty":2}"#, &ivy_id),
+    ] {
+        let (s, b, h) = app.reserve("lagging", Some(t), Some(key), body).await;
+        assert_eq!(
+            (s, b["reservation_id"].as_str()),
+            (202, Some(id.as_str())),
+            "{b}"
+        );
+        assert!(h.get("idempotent-replayed").is_some());
+    }
+    // jay has one unit of two: one more, then the limit.
+    let (s, _, _) = app
+        .reserve("lagging", Some(&jay_t), Some("j2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202);
+    let (s, b, _) = app
+        .reserve("lagging", Some(&jay_t), Some("j3"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit"))
+    );
+    // Everything settles, and Postgres agrees with Redis.
+    for shard in 0..3 {
+        while settler.settle_shard(&sale, shard).await.unwrap().entries > 0 {}
+    }
+    assert_eq!(
+        app.redis_hold_ids("lagging").await,
+        live_ids(&app, "lagging").await
+    );
+    app.stop().await;
+}
