@@ -35,6 +35,14 @@
 //! Why one key never yields two holds: `take.lua` decides once per hold id
 //! per shard (a marker), and every replay walks the shards in the same
 //! order, so the first shard that said HELD is the only one that ever can.
+//!
+//! Why a replay never counts less than it holds: the key's record keeps the
+//! first request's qty; a replay with another qty is refused (422) before
+//! anything changes, and a replay of an unfinished spill continues it with
+//! the first qty, which is what the home shard counted.
+//!
+//! Time comes from Redis (`TIME` inside each script), so origins with skewed
+//! clocks agree on when holds expire.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
