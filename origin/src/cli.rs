@@ -218,6 +218,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init_tracing("info,sqlx=warn");
             let state = AppState::connect(Settings::from_env()?).await?;
             let stop = startup::stop_on_signals();
+            let _admin = startup::serve_admin(state.settings.metrics_addr, stop.clone()).await?;
             let grace = state.settings.shutdown_grace;
             let settler = state.settler().run(stop.clone());
             tokio::pin!(settler);
@@ -293,7 +294,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let amount = match amount_cents {
                 Some(a) => a,
                 None => {
-                    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+                    let pool = startup::pg_pool(
+                        configuration::database_url()?.expose_secret(),
+                        startup::CLI_POOL_SIZE,
+                    )?;
                     sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
                         .bind(&payment)
                         .fetch_optional(&pool)
@@ -321,13 +325,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::Check { connect }) => config_check(connect).await,
         Command::Healthcheck { url } => healthcheck(url).await,
         Command::Migrate => {
-            let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+            let pool = startup::pg_pool(
+                configuration::database_url()?.expose_secret(),
+                startup::CLI_POOL_SIZE,
+            )?;
             startup::migrate(&pool).await?;
             println!("migrations applied");
             Ok(())
         }
         Command::Sale(SaleCommand::Create(a)) => {
-            let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+            let pool = startup::pg_pool(
+                configuration::database_url()?.expose_secret(),
+                startup::CLI_POOL_SIZE,
+            )?;
             startup::migrate_or_check(&pool, configuration::auto_migrate()?).await?;
             let mut conn = store::connect(&configuration::redis_target()?)
                 .await
@@ -448,7 +458,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Reaches Postgres (and reads which migrations are applied) and Redis.
 async fn connections(settings: &Settings) -> Vec<(&'static str, anyhow::Result<String>)> {
     let pg = async {
-        let pool = startup::pg_pool(settings.database_url())?;
+        let pool = startup::pg_pool(settings.database_url(), startup::CLI_POOL_SIZE)?;
         let pending = tokio::time::timeout(CONNECT_TIMEOUT, startup::pending_migrations(&pool))
             .await
             .context("timed out")?
@@ -510,7 +520,10 @@ async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
 }
 
 async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Result<()> {
-    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+    let pool = startup::pg_pool(
+        configuration::database_url()?.expose_secret(),
+        startup::CLI_POOL_SIZE,
+    )?;
     let changed = sales::change_sale(&pool, sale, change).await?;
     println!("{}", serde_json::to_string_pretty(&changed)?);
     Ok(())
@@ -519,7 +532,10 @@ async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Res
 /// `origin sale show`: one look at a sale from both stores.
 async fn show_sale(id: &str) -> anyhow::Result<()> {
     use redis::AsyncCommands;
-    let pool = startup::pg_pool(configuration::database_url()?.expose_secret())?;
+    let pool = startup::pg_pool(
+        configuration::database_url()?.expose_secret(),
+        startup::CLI_POOL_SIZE,
+    )?;
     let prefix = configuration::key_prefix()?;
     let registry = sales::SaleRegistry::new(pool.clone(), prefix);
     let sale = registry

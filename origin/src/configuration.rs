@@ -91,6 +91,18 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "listen address (the container image sets `0.0.0.0:8080`)",
     },
     EnvVar {
+        name: "ORIGIN_METRICS_ADDR",
+        default: Fallback::Unset,
+        secret: false,
+        meaning: "admin listen address for `GET /metrics` and `GET /healthz` (e.g. `0.0.0.0:9090`, for Prometheus inside the cluster); when set, `/metrics` leaves the public listener, and `origin settle` serves it too",
+    },
+    EnvVar {
+        name: "DATABASE_POOL_SIZE",
+        default: Fallback::Value("16"),
+        secret: false,
+        meaning: "Postgres connections per process (the settler uses one per shard it settles at once; mind Postgres' `max_connections` × replicas)",
+    },
+    EnvVar {
         name: "ORIGIN_MAX_IN_FLIGHT",
         default: Fallback::Value("1024"),
         secret: false,
@@ -244,6 +256,10 @@ pub struct Settings {
     pub settle_claim_idle: Duration,
     /// Reservation requests allowed in flight before the origin sheds (429).
     pub max_in_flight: usize,
+    /// Where `/metrics` (and `/healthz`) are served apart from the API.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Postgres connections per process.
+    pub pg_pool_size: u32,
     /// After a stop signal: the bound on draining requests and workers.
     pub shutdown_grace: Duration,
     /// Apply migrations at start (else only check that none is pending).
@@ -432,6 +448,21 @@ pub fn origin_addr() -> Result<SocketAddr, ConfigError> {
     })
 }
 
+/// `ORIGIN_METRICS_ADDR`: the admin listener, if any.
+pub fn metrics_addr() -> Result<Option<SocketAddr>, ConfigError> {
+    let Some(text) = var("ORIGIN_METRICS_ADDR") else {
+        return Ok(None);
+    };
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| ConfigError::Invalid {
+            var: "ORIGIN_METRICS_ADDR",
+            value: text,
+            why: "expected ip:port (e.g. 0.0.0.0:9090)".into(),
+        })
+}
+
 /// `ORIGIN_AUTO_MIGRATE` (default on): may a process apply migrations?
 pub fn auto_migrate() -> Result<bool, ConfigError> {
     flag("ORIGIN_AUTO_MIGRATE")
@@ -491,6 +522,11 @@ impl Settings {
             positive::<usize>("ORIGIN_MAX_IN_FLIGHT", "a positive integer"),
         );
         let shutdown_grace = keep(e, duration_ms("ORIGIN_SHUTDOWN_GRACE_MS"));
+        let metrics_addr = keep(e, metrics_addr());
+        let pg_pool_size = keep(
+            e,
+            positive::<u32>("DATABASE_POOL_SIZE", "a positive integer"),
+        );
         let sweep_interval = keep(e, duration_ms("SWEEP_INTERVAL_MS"));
         let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
         let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
@@ -520,6 +556,8 @@ impl Settings {
             settle_claim_idle,
             dev_mode,
             auto_migrate,
+            metrics_addr,
+            pg_pool_size,
         ) {
             (
                 Some(addr),
@@ -535,6 +573,8 @@ impl Settings {
                 Some(settle_claim_idle),
                 Some(dev_mode),
                 Some(auto_migrate),
+                Some(metrics_addr),
+                Some(pg_pool_size),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -547,6 +587,8 @@ impl Settings {
                 reconcile_interval,
                 settle_claim_idle,
                 max_in_flight,
+                metrics_addr,
+                pg_pool_size,
                 shutdown_grace,
                 auto_migrate,
                 dev_mode,
@@ -707,6 +749,8 @@ mod tests {
             reconcile_interval: Duration::from_secs(1),
             settle_claim_idle: Duration::from_secs(1),
             max_in_flight: 1,
+            metrics_addr: None,
+            pg_pool_size: 1,
             shutdown_grace: Duration::from_secs(1),
             auto_migrate: true,
             dev_mode: false,

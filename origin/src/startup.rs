@@ -57,7 +57,7 @@ impl AppState {
     /// Connects to Postgres (and migrates) and Redis; binds nothing (the
     /// worker-only subcommands use this too).
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
-        let pool = pg_pool(settings.database_url())?;
+        let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
         migrate_or_check(&pool, settings.auto_migrate).await?;
         let conn = store::connect(&settings.redis)
             .await
@@ -127,10 +127,13 @@ impl Workers {
     };
 }
 
+/// Postgres connections for one-off commands (`migrate`, `sale …`).
+pub const CLI_POOL_SIZE: u32 = 4;
+
 /// Connects to Postgres (lazily: readiness reports it when it is down).
-pub fn pg_pool(url: &str) -> anyhow::Result<PgPool> {
+pub fn pg_pool(url: &str, size: u32) -> anyhow::Result<PgPool> {
     PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(size)
         .acquire_timeout(Duration::from_secs(2))
         .connect_lazy(url)
         .with_context(|| "DATABASE_URL is not a valid Postgres URL")
@@ -258,6 +261,7 @@ impl Application {
                 workers_stop.clone(),
             ));
         }
+        let _admin = serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?;
         tracing::info!(port = self.port, "origin listening");
         let app = routes::router(state.clone());
         let server_stop = stop.clone();
@@ -301,6 +305,30 @@ impl Application {
             }
         }
     }
+}
+
+/// Serves [`routes::admin_router`] on `ORIGIN_METRICS_ADDR` until `stop`;
+/// nothing when it is unset. Binds before returning, so a bad address fails
+/// the start.
+pub async fn serve_admin(
+    addr: Option<std::net::SocketAddr>,
+    stop: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding ORIGIN_METRICS_ADDR {addr}"))?;
+    tracing::info!(%addr, "admin listener (/metrics, /healthz)");
+    Ok(Some(tokio::spawn(async move {
+        let served = axum::serve(listener, routes::admin_router())
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    })))
 }
 
 /// Cancels the token on SIGINT or SIGTERM.

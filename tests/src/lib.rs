@@ -203,6 +203,8 @@ impl TestApp {
             reconcile_interval: opts.reconcile_interval,
             settle_claim_idle: Duration::from_millis(500),
             max_in_flight: opts.max_in_flight,
+            metrics_addr: None,
+            pg_pool_size: 16,
             shutdown_grace: Duration::from_secs(10),
             auto_migrate: true,
             dev_mode: true,

@@ -57,11 +57,16 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
 }
 
 pub async fn metrics(State(app): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
-    )
-        .into_response()
+    prometheus_text(app.metrics.render())
+}
+
+/// `/metrics` of the admin listener: the process's one recorder.
+pub async fn process_metrics() -> Response {
+    prometheus_text(crate::telemetry::metrics_handle().render())
+}
+
+fn prometheus_text(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
 pub async fn not_found() -> ApiError {

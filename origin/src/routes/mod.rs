@@ -10,12 +10,16 @@ use axum::routing::{get, post};
 
 use crate::startup::AppState;
 
-/// The origin's HTTP API.
+/// The origin's HTTP API. `/metrics` is here unless an admin address
+/// (`ORIGIN_METRICS_ADDR`) serves it apart ([`admin_router`]).
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let mut api = Router::new();
+    if state.settings.metrics_addr.is_none() {
+        api = api.route("/metrics", get(health::metrics));
+    }
+    let api = api
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
         .route("/api/sales/{sale}", get(sales::summary))
         .route("/api/sales/{sale}/reservations", post(reservations::create))
         .route(
@@ -28,6 +32,15 @@ pub fn router(state: AppState) -> Router {
             "/api/dev/payments/{id}/complete",
             post(payments::dev_complete),
         )
+        .fallback(health::not_found);
+    crate::telemetry::access_log(api).with_state(state)
+}
+
+/// The admin listener's routes: `/metrics` and `/healthz` (liveness of a
+/// process, e.g. `origin settle`, that serves no API).
+pub fn admin_router() -> Router {
+    Router::new()
+        .route("/metrics", get(health::process_metrics))
+        .route("/healthz", get(health::healthz))
         .fallback(health::not_found)
-        .with_state(state)
 }
