@@ -8,10 +8,10 @@
 //!   reach the Durable Object;
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
-//! - once the edge knows a sale is sold out (an origin 410, the summary, or
-//!   the queue object) reservations get 410 here without an origin request;
-//!   the flag lives 3 s and is then rechecked against the summary, never by
-//!   sending a reservation;
+//! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
+//!   other 410; the summary; or the queue object) reservations get 410 here
+//!   without an origin request; the flag lives 3 s and is then rechecked
+//!   against the summary, never by sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
 //! - every answer is JSON with the documented error shape; no input panics.
 
@@ -800,19 +800,31 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         )
         .retry_after(secs));
     }
-    let resp = forward(
+    let mut resp = forward(
         env,
         req,
         Method::Post,
         &format!("/api/sales/{sale}/reservations"),
     )
     .await?;
-    if resp.status_code() == 410 {
+    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
         let _ = call_queue(env, sale, Method::Post, "/sold_out", Some(json!({}))).await;
     }
     Ok(resp)
+}
+
+/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
+/// which is passed on untouched). See [`api::gone_means_sold_out`].
+async fn gone_says_sold_out(resp: &mut Response) -> bool {
+    match resp.cloned() {
+        Ok(mut copy) => copy
+            .bytes()
+            .await
+            .is_ok_and(|b| api::gone_means_sold_out(&b)),
+        Err(_) => false,
+    }
 }
 
 /// Reservation calls accept an `admit` or a `user` token; the origin checks
