@@ -54,3 +54,40 @@ test('item 10: a 410 sale_ended from the origin does not mark the sale sold out 
   assert.equal(st.status, 200);
   assert.notEqual(st.body.status, 'sold_out', JSON.stringify(st.body));
 });
+
+/** Queue objects wrangler dev has stored (one SQLite file each). */
+function objectFiles() {
+  const out = [];
+  const walk = (d) => {
+    let names = [];
+    try { names = readdirSync(d); } catch { return; }
+    for (const n of names) {
+      const p = join(d, n);
+      if (statSync(p).isDirectory()) walk(p);
+      else if (n.endsWith('.sqlite')) out.push(p);
+    }
+  };
+  walk(join(process.env.RUN_DIR, 'edge', 'state'));
+  return out.length;
+}
+
+test('item 12: a join for a sale that does not exist creates no queue object', async () => {
+  // Control: a join for a real sale creates exactly one object (so the
+  // count below can see one).
+  const REAL = `e2e-real-${rid()}`;
+  createSale({ sale: REAL, name: 'E2E real', units: 1, 'per-user-limit': 1, shards: 1, 'starts-at': 'now' });
+  const before = objectFiles();
+  await joinQueue(`real-${rid()}`, REAL);
+  const counted = await until(5_000, async () => objectFiles() === before + 1);
+  assert.ok(counted, `a real join made ${objectFiles() - before} objects, expected 1`);
+  const base = objectFiles();
+  for (let i = 0; i < 5; i++) {
+    const r = await call('POST', `${EDGE}/api/sales/no-such-sale-${rid()}/queue`, {
+      token: userToken(`ghost-${i}`),
+    });
+    assert.equal(r.status, 404, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'sale_not_found');
+  }
+  await sleep(1_000);
+  assert.equal(objectFiles() - base, 0, 'queue objects created for sales that do not exist');
+});

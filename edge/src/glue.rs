@@ -451,6 +451,9 @@ async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
             now_ms() / 1000,
         )
         .map_err(ApiError::token)?;
+    // A join is the one call that creates a sale's object (and its seed):
+    // not for a sale that does not exist.
+    ensure_sale_exists(env, sale).await?;
     let v = call_queue(
         env,
         sale,
@@ -576,7 +579,11 @@ fn urlencode(s: &str) -> String {
 }
 
 /// Unknown sales are refused before a queue object is created for them
-/// (the answer, positive or negative, is cached for a second).
+/// (a sale seen in the last minute is taken as existing; the origin's
+/// answer, positive or negative, is cached for a second). With the origin
+/// down and nothing cached the call goes through: the object of a known
+/// sale serves from its storage, and one for an unknown sale refuses
+/// (it cannot load settings) — having stored its seed.
 async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
     // Sales do not disappear: a summary seen in the last minute is enough.
     let now = now_ms();
