@@ -91,3 +91,38 @@ test('item 12: a join for a sale that does not exist creates no queue object', a
   await sleep(1_000);
   assert.equal(objectFiles() - base, 0, 'queue objects created for sales that do not exist');
 });
+
+test('item 13: a join that arrives before the start is in the draw even if the object waits on the origin', async () => {
+  const SALE = `e2e-stamp-${rid()}`;
+  const startsAt = Math.ceil((Date.now() + 9_000) / 1000) * 1000;
+  createSale({
+    sale: SALE, name: 'E2E stamp', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(startsAt).toISOString(), 'admission-rate': 50,
+  });
+  const a = await joinQueue(`stamp-a-${rid()}`, SALE);
+  assert.equal(a.place, null, 'pre-queue');
+  await sleep(startsAt - 2_800 - Date.now());
+  // The origin stalls: the object's settings refresh (due again after 1 s)
+  // waits its 2 s timeout, which ends after the start.
+  const pid = Number(process.env.ORIGIN_PID);
+  process.kill(pid, 'SIGSTOP');
+  let b;
+  let pressedAt;
+  try {
+    await sleep(1_200);
+    pressedAt = Date.now();
+    b = await joinQueue(`stamp-b-${rid()}`, SALE);
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  assert.ok(pressedAt < startsAt - 500, `pressed ${startsAt - pressedAt} ms before the start`);
+  assert.equal(decode(b.ticket).tkt.place ?? null, null,
+    `pressed before the start but placed after it: ${JSON.stringify(b)}`);
+  const audit = await until(10_000, async () => {
+    const d = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
+    return d.body.drawn ? d.body : null;
+  });
+  assert.ok(audit, 'drawn');
+  assert.equal(audit.prequeue, 2, JSON.stringify(audit));
+  assert.equal(audit.entries.length, 2);
+});

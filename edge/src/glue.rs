@@ -439,6 +439,9 @@ fn status_body(
 }
 
 async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    // The press is judged by when it reached the edge (the object places it
+    // by this stamp, see `queue::arrival_ms`), not after the waits below.
+    let arrival = now_ms();
     let token = bearer_of(req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
     let claims = users
@@ -454,14 +457,8 @@ async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     // A join is the one call that creates a sale's object (and its seed):
     // not for a sale that does not exist.
     ensure_sale_exists(env, sale).await?;
-    let v = call_queue(
-        env,
-        sale,
-        Method::Post,
-        "/join",
-        Some(json!({"sub": claims.sub})),
-    )
-    .await?;
+    let path = format!("/join?sub={}&arrival_ms={arrival}", urlencode(&claims.sub));
+    let v = call_queue(env, sale, Method::Post, &path, None).await?;
     let p: Placed =
         serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
     let snap = remember_snapshot(p.snapshot);

@@ -166,6 +166,32 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
     v
 }
 
+/// How much earlier than the object's clock a join's arrival stamp (taken
+/// by the Worker when the join reached the edge) may be and still be
+/// believed: the Worker's own wait (the sale check, ≤ 2 s) and the trip to
+/// the object fit well inside it.
+pub const MAX_ARRIVAL_LEAD_MS: u64 = 10_000;
+
+/// When a join arrived, for placing it: the Worker's stamp when it is
+/// believable (not after the object's clock, not more than
+/// [`MAX_ARRIVAL_LEAD_MS`] before it), else the object's clock on receipt.
+/// A press is judged by when it was made, not by how long the edge took
+/// to hand it over.
+pub fn arrival_ms(object_now_ms: u64, stamped_ms: Option<u64>) -> u64 {
+    stamped_ms
+        .filter(|t| *t <= object_now_ms && object_now_ms - t <= MAX_ARRIVAL_LEAD_MS)
+        .unwrap_or(object_now_ms)
+}
+
+/// Whether the pre-queue must be drawn before handling something that
+/// happened at `at_ms` (a join's arrival, or now): the start has come and
+/// the draw has not happened. A join stamped before the start is therefore
+/// put in the pre-queue even when it is handled after the start, as long as
+/// nothing else has drawn yet.
+pub fn draw_due(at_ms: u64, starts_at_ms: Option<u64>, drawn: bool) -> bool {
+    !drawn && starts_at_ms.is_some_and(|s| at_ms >= s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +216,37 @@ mod tests {
             do_requests: 0,
             buckets: 1,
         }
+    }
+
+    #[test]
+    fn joins_are_placed_by_their_arrival_not_their_handling() {
+        let start = 100_000;
+        // Pressed 1.5 s before the start, handed over 0.5 s after it (the
+        // object waited on the origin): still drawn with the pre-queue.
+        let arrival = arrival_ms(start + 500, Some(start - 1_500));
+        assert_eq!(arrival, start - 1_500);
+        assert!(!draw_due(arrival, Some(start), false));
+        assert!(
+            draw_due(start + 500, Some(start), false),
+            "the wait still draws later"
+        );
+        assert!(draw_due(start, Some(start), false));
+        assert!(!draw_due(start + 1, Some(start), true), "drawn once");
+        assert!(!draw_due(start + 1, None, false), "no start known");
+        // Unbelievable stamps fall back to the object's clock.
+        assert_eq!(arrival_ms(start, None), start);
+        assert_eq!(arrival_ms(start, Some(start + 1)), start, "from the future");
+        assert_eq!(
+            arrival_ms(start, Some(start - MAX_ARRIVAL_LEAD_MS)),
+            start - MAX_ARRIVAL_LEAD_MS
+        );
+        assert_eq!(
+            arrival_ms(start, Some(start - MAX_ARRIVAL_LEAD_MS - 1)),
+            start,
+            "too old"
+        );
+        assert_eq!(arrival_ms(5, Some(0)), 0);
+        assert_eq!(arrival_ms(u64::MAX, Some(0)), u64::MAX);
     }
 
     #[test]
