@@ -126,3 +126,31 @@ test('item 13: a join that arrives before the start is in the draw even if the o
   assert.equal(audit.prequeue, 2, JSON.stringify(audit));
   assert.equal(audit.entries.length, 2);
 });
+
+test('item 14: re-polled admit tokens never outlive the admission window', async () => {
+  const SALE = `e2e-window-${rid()}`;
+  createSale({
+    sale: SALE, name: 'E2E window', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 200,
+  });
+  const j = await joinQueue(`window-${rid()}`, SALE);
+  const first = await pollUntilAdmitted(SALE, j.ticket);
+  const seenAt = Math.floor(Date.now() / 1000);
+  // The window began at the first frontier checkpoint that showed this
+  // place; the object checkpoints about once a second while it is asked
+  // (polls every 300 ms keep asking it), so that is within about 2 s of
+  // this answer and the window ends by seenAt + 120 + 3. Today's re-minted
+  // tokens would run to the last poll + 120.
+  const bound = seenAt + 120 + 3;
+  let last = first.admission_expires_at;
+  const end = Date.now() + 10_000;
+  while (Date.now() < end) {
+    await sleep(300);
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: first.ticket });
+    assert.equal(r.body.status, 'admitted', JSON.stringify(r.body));
+    const exp = decode(r.body.admission_token).exp;
+    assert.equal(exp, r.body.admission_expires_at);
+    last = Math.max(last, exp);
+  }
+  assert.ok(last <= bound, `an admit token expires at ${last}, the window ends by ${bound}`);
+});

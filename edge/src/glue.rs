@@ -32,7 +32,7 @@ use worker::{
 
 use crate::api::{self, ApiError, Route};
 use crate::limit::Limiter;
-use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status, TICKET_TTL_SECS};
+use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
 use crate::{config, draw};
 
 /// How long a queue snapshot is reused from isolate memory.
@@ -423,14 +423,18 @@ fn status_body(
         "poll_after_ms": v.poll_after_ms,
         "starts_at_ms": s.starts_at_ms,
     });
-    if v.status == Status::Admitted {
+    if v.status == Status::Admitted
+        && let Some(p) = place
+    {
         let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
+        // Never past the end of the admission window, however often the
+        // person re-polls.
         let claims = Claims::new(
             TokenType::Admit,
             sub,
             Some(sale.to_string()),
             now / 1000,
-            ADMIT_TTL_SECS,
+            queue::admit_ttl_secs(p, &s, now),
         );
         body["admission_token"] = json!(ring.sign(&claims));
         body["admission_expires_at"] = json!(claims.exp);

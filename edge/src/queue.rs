@@ -12,6 +12,9 @@
 //!   reached them) is still open, and the sale is neither sold out nor over;
 //! - `sold_out` and `closed` win over everything else, for everyone at once;
 //! - before the draw nobody has a position (`prequeue`);
+//! - an `admit` token never outlives its holder's admission window: its
+//!   expiry is clamped to one window after the first frontier checkpoint
+//!   that reached the place (the same checkpoints that close the window);
 //! - `poll_after_ms` is never below 1 s, grows with the distance to the
 //!   front, and is jittered, so polls do not arrive in waves.
 
@@ -57,6 +60,11 @@ pub struct Snapshot {
     /// Buckets the draw is served in (0 before the draw); see `draw`.
     #[serde(default)]
     pub buckets: u64,
+    /// Frontier checkpoints `(unix ms, admitted)` younger than one window:
+    /// when each place still in its window was reached (see
+    /// [`admit_ttl_secs`]).
+    #[serde(default)]
+    pub frontier_history: Vec<(u64, f64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +174,25 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
     v
 }
 
+/// Lifetime, in seconds from `now_ms`, of an `admit` token for `place`: the
+/// usual [`ADMIT_TTL_SECS`] cut so that the token's `exp` never passes the
+/// end of the admission window. The window ends one window after the first
+/// checkpoint whose frontier reached the place (that is when `expired`
+/// passes it). If no checkpoint in the snapshot shows it yet, the one that
+/// will is taken no earlier than the snapshot, so the snapshot's time stands
+/// in: the answer can only be too short, never too long. 0 means the window
+/// closes within the current second.
+pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    let reached_ms = s
+        .frontier_history
+        .iter()
+        .find(|(_, admitted)| *admitted >= place as f64)
+        .map_or(s.now_ms, |(t, _)| *t)
+        .min(s.now_ms);
+    let end_secs = reached_ms.saturating_add(ADMIT_TTL_SECS * 1000) / 1000;
+    end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
+}
+
 /// How much earlier than the object's clock a join's arrival stamp (taken
 /// by the Worker when the join reached the edge) may be and still be
 /// believed: the Worker's own wait (the sale check, ≤ 2 s) and the trip to
@@ -215,7 +242,38 @@ mod tests {
             seed: Some("s".into()),
             do_requests: 0,
             buckets: 1,
+            frontier_history: vec![],
         }
+    }
+
+    #[test]
+    fn admit_tokens_end_with_the_window() {
+        let mut s = snap();
+        // Place 90 was reached at the checkpoint of t = 150 s, so its window
+        // ends at 270 s whenever the token is minted.
+        s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
+        assert_eq!(view(Some(90), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(admit_ttl_secs(90, &s, 200_000), 70);
+        assert_eq!(admit_ttl_secs(90, &s, 269_999), 1);
+        assert_eq!(admit_ttl_secs(90, &s, 270_000), 0);
+        assert_eq!(admit_ttl_secs(90, &s, 400_000), 0);
+        // Re-polled every second, the last token still ends at 270 s.
+        for now in (200_000..270_000).step_by(1_000) {
+            assert!(now / 1000 + admit_ttl_secs(90, &s, now) <= 270);
+        }
+        // Exactly reached counts as reached.
+        assert_eq!(admit_ttl_secs(95, &s, 200_000), 70);
+        assert_eq!(admit_ttl_secs(96, &s, 200_000), 110);
+        // Not yet in a checkpoint: the snapshot's time stands in (the
+        // checkpoint that will show it comes later), never the poll's time.
+        assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
+        assert_eq!(admit_ttl_secs(100, &s, 205_000), 115);
+        s.frontier_history.clear();
+        assert_eq!(admit_ttl_secs(100, &s, 203_500), 117);
+        // A checkpoint after the snapshot (clock skew) cannot lengthen it.
+        s.frontier_history = vec![(900_000, 100.0)];
+        assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
+        assert_eq!(admit_ttl_secs(u64::MAX, &s, u64::MAX), 0);
     }
 
     #[test]

@@ -405,6 +405,14 @@ impl SaleQueue {
             } else {
                 0
             },
+            // Only checkpoints younger than a window can be the first to
+            // reach a place whose window is still open.
+            frontier_history: f
+                .checkpoints
+                .iter()
+                .filter(|(t, _)| t.saturating_add(p.window_ms) > now)
+                .copied()
+                .collect(),
         })
     }
 
