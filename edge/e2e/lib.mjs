@@ -2,7 +2,10 @@
 // v1 format (minted here independently of the Rust crate, so a token from
 // either side must verify on the other), the origin CLI and its metrics.
 import { createHmac, randomBytes, createHash } from 'node:crypto';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
 
 export const EDGE = process.env.EDGE_URL;
 export const ORIGIN = process.env.ORIGIN_URL;
@@ -112,4 +115,65 @@ export function spearman(a, b) {
   let d2 = 0;
   for (let i = 0; i < n; i++) d2 += (a[i] - b[i]) ** 2;
   return 1 - (6 * d2) / (n * (n * n - 1));
+}
+
+/** A free loopback port. */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+/**
+ * Starts another `wrangler dev` of the same build (the stack's config with
+ * `ORIGIN_URL` replaced, its own `.dev.vars` and Durable Object state) for
+ * tests of the edge's own configuration. Waits until it answers at all (a
+ * refusing edge answers errors); answers { url, log, stop }.
+ */
+export async function startEdge({ originUrl, devVars }) {
+  const dir = join(process.env.RUN_DIR, `edge-cfg-${rid()}`);
+  mkdirSync(dir, { recursive: true });
+  const toml = readFileSync(join(process.env.RUN_DIR, 'edge', 'wrangler.toml'), 'utf8')
+    .replace(/^ORIGIN_URL = .*$/m, `ORIGIN_URL = ${JSON.stringify(originUrl)}`);
+  writeFileSync(join(dir, 'wrangler.toml'), toml);
+  writeFileSync(join(dir, '.dev.vars'),
+    Object.entries(devVars).map(([k, v]) => `${k}=${v}`).join('\n') + '\n');
+  const port = await freePort();
+  const inspector = await freePort();
+  const log = join(dir, 'wrangler.log');
+  const out = openSync(log, 'w');
+  const child = spawn('wrangler', ['dev', '--config', join(dir, 'wrangler.toml'),
+    '--port', String(port), '--ip', '127.0.0.1', '--inspector-port', String(inspector),
+    '--persist-to', join(dir, 'state'), '--show-interactive-dev-session=false',
+    '--log-level', 'warn'], {
+    cwd: dir, env: { ...process.env, EDGE_SKIP_BUILD: '1' }, detached: true,
+    stdio: ['ignore', out, out],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    if (child.exitCode !== null) return;
+    const gone = new Promise((r) => child.once('exit', r));
+    try { process.kill(-child.pid, 'SIGTERM'); } catch {}
+    const t = setTimeout(() => { try { process.kill(-child.pid, 'SIGKILL'); } catch {} }, 5000);
+    await gone;
+    clearTimeout(t);
+  };
+  const up = await until(90_000, async () => {
+    if (child.exitCode !== null) return 'exited';
+    try {
+      await fetch(`${url}/api/ping`, { signal: AbortSignal.timeout(2000) });
+      return 'up';
+    } catch {
+      return null;
+    }
+  }, 200);
+  if (up !== 'up') {
+    await stop();
+    throw new Error(`wrangler dev on ${url} did not answer (${up}); log: ${readFileSync(log, 'utf8').slice(-2000)}`);
+  }
+  return { url, log, stop };
 }

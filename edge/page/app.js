@@ -330,7 +330,16 @@
   $('check-btn').addEventListener('click', checkDraw);
 
   (async () => {
-    try { devMode = (await api('GET', '/api/health')).data.dev_mode === true; } catch { devMode = false; }
+    try {
+      const h = (await api('GET', '/api/health')).data;
+      devMode = h.dev_mode === true;
+      // DEV_MODE set but refused (the origin is not local): say why, so
+      // nobody wonders where the name sign-in went.
+      if (typeof h.dev_mode_refused === 'string') {
+        say('dev-refused', `Dev mode is off: ${h.dev_mode_refused}`);
+        show('dev-refused', true);
+      }
+    } catch { devMode = false; }
     render();
     await loadSummary();
     if (st.res) pollReservation();

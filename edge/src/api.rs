@@ -191,6 +191,17 @@ impl ApiError {
     }
 }
 
+/// Whether an origin `410` answer (its JSON body) says the sale is sold out.
+/// Only `sold_out` may set the edge's sold-out flag: the origin also answers
+/// 410 for `sale_ended` and `reservation_released` (a replayed key whose hold
+/// is gone), and neither says anything about the stock; an unreadable body
+/// says nothing either.
+pub fn gone_means_sold_out(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v["error"]["code"].as_str() == Some("sold_out"))
+}
+
 /// The bearer token of an `Authorization` header value, if any.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let h = header?.trim();
@@ -280,6 +291,24 @@ mod tests {
         assert_eq!(bearer(Some("Basic abc")), None);
         assert_eq!(bearer(Some("Bearer ")), None);
         assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn only_a_sold_out_410_means_sold_out() {
+        let body = |code: &str| json!({"error": {"code": code, "message": "m"}}).to_string();
+        assert!(gone_means_sold_out(body("sold_out").as_bytes()));
+        for code in ["sale_ended", "reservation_released", "SOLD_OUT", ""] {
+            assert!(!gone_means_sold_out(body(code).as_bytes()), "{code}");
+        }
+        for junk in [
+            &b""[..],
+            b"sold_out",
+            b"{\"code\":\"sold_out\"}",
+            b"\xff\xfe",
+            b"null",
+        ] {
+            assert!(!gone_means_sold_out(junk));
+        }
     }
 
     #[test]

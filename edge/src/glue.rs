@@ -8,12 +8,15 @@
 //!   reach the Durable Object;
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
-//! - once the edge knows a sale is sold out (an origin 410, the summary, or
-//!   the queue object) reservations get 410 here without an origin request;
-//!   the flag lives 3 s and is then rechecked against the summary, never by
-//!   sending a reservation;
+//! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
+//!   other 410; the summary; or the queue object) reservations get 410 here
+//!   without an origin request; the flag lives 3 s and is then rechecked
+//!   against the summary, never by sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
-//! - every answer is JSON with the documented error shape; no input panics.
+//! - every answer is JSON with the documented error shape; no input panics;
+//! - misconfigured (key rings missing, malformed or sharing a secret) the
+//!   edge answers every request with a 500 `config_error`; `DEV_MODE` is
+//!   ignored unless `ORIGIN_URL` is a loopback address.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,9 +31,9 @@ use worker::{
 };
 
 use crate::api::{self, ApiError, Route};
-use crate::draw;
 use crate::limit::Limiter;
-use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, Status, TICKET_TTL_SECS};
+use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
+use crate::{config, draw};
 
 /// How long a queue snapshot is reused from isolate memory.
 const SNAPSHOT_TTL_MS: u64 = 1_000;
@@ -53,6 +56,9 @@ type ApiResult<T> = std::result::Result<T, ApiError>;
 
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
+    /// The (user, admission) rings last found apart, so the check is one
+    /// pointer comparison per request until a secret changes.
+    static RINGS_APART: RefCell<Option<(Rc<KeyRing>, Rc<KeyRing>)>> = const { RefCell::new(None) };
     static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
     static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static BUCKETS: RefCell<HashMap<String, Rc<Bucket>>> = RefCell::new(HashMap::new());
@@ -142,17 +148,44 @@ pub(crate) async fn send_with_timeout(f: Fetch, ms: u32) -> Result<Response> {
     f.send_with_signal(&signal).await
 }
 
+/// The edge refuses to run misconfigured, like the origin refuses to start:
+/// key rings that are missing, malformed or share a secret get a 500
+/// `config_error` on every request (the parses are cached per isolate, so
+/// this costs a pointer comparison once the rings were found apart).
+fn check_config(env: &Env) -> ApiResult<()> {
+    let users = ring(env, "USER_TOKEN_KEYS")?;
+    let admission = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let known = RINGS_APART.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|(u, a)| Rc::ptr_eq(u, &users) && Rc::ptr_eq(a, &admission))
+    });
+    if !known {
+        config::rings_apart(&users, &admission)
+            .map_err(|m| ApiError::new(500, "config_error", m))?;
+        RINGS_APART.with(|c| *c.borrow_mut() = Some((users, admission)));
+    }
+    Ok(())
+}
+
+fn health(env: &Env) -> ApiResult<Response> {
+    let mut body =
+        json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(env)});
+    if let Some(why) = config::dev_mode_refusal(dev_mode_requested(env), &origin_url(env)) {
+        body["dev_mode_refused"] = json!(why);
+    }
+    json_response(200, &body, "no-store").map_err(internal)
+}
+
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    if let Err(e) = check_config(&env) {
+        return error_response(&e);
+    }
     let method = req.method().to_string();
     let path = req.path();
     let out = match api::route(&method, &path) {
-        Route::Health => json_response(
-            200,
-            &json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(&env)}),
-            "no-store",
-        )
-        .map_err(internal),
+        Route::Health => health(&env),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
         Route::Join(sale) => join(&env, &req, &sale).await,
@@ -183,7 +216,13 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Page(_) => page(&env).await,
         Route::DevToken if dev_mode(&env) => dev_token(&env, req).await,
         Route::DevPayment(id) if dev_mode(&env) => {
-            forward(&env, req, Method::Post, &format!("/api/dev/payments/{id}/complete")).await
+            forward(
+                &env,
+                req,
+                Method::Post,
+                &format!("/api/dev/payments/{id}/complete"),
+            )
+            .await
         }
         Route::DevToken | Route::DevPayment(_) => Err(ApiError::not_found()),
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
@@ -196,8 +235,14 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
 }
 
 /// `DEV_MODE=1` (local runs only): the page may mint user tokens and
-/// complete payments with the origin's dev provider.
+/// complete payments with the origin's dev provider. Honoured only with a
+/// loopback `ORIGIN_URL` (see [`config::dev_mode_refusal`]): anywhere else
+/// it would mint user tokens for anyone.
 fn dev_mode(env: &Env) -> bool {
+    dev_mode_requested(env) && config::dev_mode_refusal(true, &origin_url(env)).is_none()
+}
+
+fn dev_mode_requested(env: &Env) -> bool {
     env.var("DEV_MODE")
         .map(|v| v.to_string())
         .or_else(|_| env.secret("DEV_MODE").map(|v| v.to_string()))
@@ -378,14 +423,18 @@ fn status_body(
         "poll_after_ms": v.poll_after_ms,
         "starts_at_ms": s.starts_at_ms,
     });
-    if v.status == Status::Admitted {
+    if v.status == Status::Admitted
+        && let Some(p) = place
+    {
         let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
+        // Never past the end of the admission window, however often the
+        // person re-polls.
         let claims = Claims::new(
             TokenType::Admit,
             sub,
             Some(sale.to_string()),
             now / 1000,
-            ADMIT_TTL_SECS,
+            queue::admit_ttl_secs(p, &s, now),
         );
         body["admission_token"] = json!(ring.sign(&claims));
         body["admission_expires_at"] = json!(claims.exp);
@@ -394,6 +443,9 @@ fn status_body(
 }
 
 async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    // The press is judged by when it reached the edge (the object places it
+    // by this stamp, see `queue::arrival_ms`), not after the waits below.
+    let arrival = now_ms();
     let token = bearer_of(req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
     let claims = users
@@ -406,14 +458,11 @@ async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
             now_ms() / 1000,
         )
         .map_err(ApiError::token)?;
-    let v = call_queue(
-        env,
-        sale,
-        Method::Post,
-        "/join",
-        Some(json!({"sub": claims.sub})),
-    )
-    .await?;
+    // A join is the one call that creates a sale's object (and its seed):
+    // not for a sale that does not exist.
+    ensure_sale_exists(env, sale).await?;
+    let path = format!("/join?sub={}&arrival_ms={arrival}", urlencode(&claims.sub));
+    let v = call_queue(env, sale, Method::Post, &path, None).await?;
     let p: Placed =
         serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
     let snap = remember_snapshot(p.snapshot);
@@ -531,7 +580,11 @@ fn urlencode(s: &str) -> String {
 }
 
 /// Unknown sales are refused before a queue object is created for them
-/// (the answer, positive or negative, is cached for a second).
+/// (a sale seen in the last minute is taken as existing; the origin's
+/// answer, positive or negative, is cached for a second). With the origin
+/// down and nothing cached the call goes through: the object of a known
+/// sale serves from its storage, and one for an unknown sale refuses
+/// (it cannot load settings) — having stored its seed.
 async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
     // Sales do not disappear: a summary seen in the last minute is enough.
     let now = now_ms();
@@ -800,19 +853,31 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         )
         .retry_after(secs));
     }
-    let resp = forward(
+    let mut resp = forward(
         env,
         req,
         Method::Post,
         &format!("/api/sales/{sale}/reservations"),
     )
     .await?;
-    if resp.status_code() == 410 {
+    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
         let _ = call_queue(env, sale, Method::Post, "/sold_out", Some(json!({}))).await;
     }
     Ok(resp)
+}
+
+/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
+/// which is passed on untouched). See [`api::gone_means_sold_out`].
+async fn gone_says_sold_out(resp: &mut Response) -> bool {
+    match resp.cloned() {
+        Ok(mut copy) => copy
+            .bytes()
+            .await
+            .is_ok_and(|b| api::gone_means_sold_out(&b)),
+        Err(_) => false,
+    }
 }
 
 /// Reservation calls accept an `admit` or a `user` token; the origin checks

@@ -4,14 +4,15 @@
 //! with HMAC `admit` tokens, caches the sale summary and the sold-out flag,
 //! and forwards admitted requests to the origin.
 //!
-//! Layout: the pure modules ([`api`], [`draw`], [`frontier`], [`limit`],
-//! [`queue`]) hold
+//! Layout: the pure modules ([`api`], [`config`], [`draw`], [`frontier`],
+//! [`limit`], [`queue`]) hold
 //! all the logic and are tested on the host; `glue` and `sale_queue` (Wasm
 //! only) are thin runtime glue. Invariant: nothing in this crate trusts
 //! input — every token is verified, every id validated, and no input can
 //! make it panic.
 
 pub mod api;
+pub mod config;
 pub mod draw;
 pub mod frontier;
 pub mod limit;

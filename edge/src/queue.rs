@@ -12,6 +12,9 @@
 //!   reached them) is still open, and the sale is neither sold out nor over;
 //! - `sold_out` and `closed` win over everything else, for everyone at once;
 //! - before the draw nobody has a position (`prequeue`);
+//! - an `admit` token never outlives its holder's admission window: its
+//!   expiry is clamped to one window after the first frontier checkpoint
+//!   that reached the place (the same checkpoints that close the window);
 //! - `poll_after_ms` is never below 1 s, grows with the distance to the
 //!   front, and is jittered, so polls do not arrive in waves.
 
@@ -57,6 +60,11 @@ pub struct Snapshot {
     /// Buckets the draw is served in (0 before the draw); see `draw`.
     #[serde(default)]
     pub buckets: u64,
+    /// Frontier checkpoints `(unix ms, admitted)` younger than one window:
+    /// when each place still in its window was reached (see
+    /// [`admit_ttl_secs`]).
+    #[serde(default)]
+    pub frontier_history: Vec<(u64, f64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +174,51 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
     v
 }
 
+/// Lifetime, in seconds from `now_ms`, of an `admit` token for `place`: the
+/// usual [`ADMIT_TTL_SECS`] cut so that the token's `exp` never passes the
+/// end of the admission window. The window ends one window after the first
+/// checkpoint whose frontier reached the place (that is when `expired`
+/// passes it). If no checkpoint in the snapshot shows it yet, the one that
+/// will is taken no earlier than the snapshot, so the snapshot's time stands
+/// in: the answer can only be too short, never too long. 0 means the window
+/// closes within the current second.
+pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    let reached_ms = s
+        .frontier_history
+        .iter()
+        .find(|(_, admitted)| *admitted >= place as f64)
+        .map_or(s.now_ms, |(t, _)| *t)
+        .min(s.now_ms);
+    let end_secs = reached_ms.saturating_add(ADMIT_TTL_SECS * 1000) / 1000;
+    end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
+}
+
+/// How much earlier than the object's clock a join's arrival stamp (taken
+/// by the Worker when the join reached the edge) may be and still be
+/// believed: the Worker's own wait (the sale check, ≤ 2 s) and the trip to
+/// the object fit well inside it.
+pub const MAX_ARRIVAL_LEAD_MS: u64 = 10_000;
+
+/// When a join arrived, for placing it: the Worker's stamp when it is
+/// believable (not after the object's clock, not more than
+/// [`MAX_ARRIVAL_LEAD_MS`] before it), else the object's clock on receipt.
+/// A press is judged by when it was made, not by how long the edge took
+/// to hand it over.
+pub fn arrival_ms(object_now_ms: u64, stamped_ms: Option<u64>) -> u64 {
+    stamped_ms
+        .filter(|t| *t <= object_now_ms && object_now_ms - t <= MAX_ARRIVAL_LEAD_MS)
+        .unwrap_or(object_now_ms)
+}
+
+/// Whether the pre-queue must be drawn before handling something that
+/// happened at `at_ms` (a join's arrival, or now): the start has come and
+/// the draw has not happened. A join stamped before the start is therefore
+/// put in the pre-queue even when it is handled after the start, as long as
+/// nothing else has drawn yet.
+pub fn draw_due(at_ms: u64, starts_at_ms: Option<u64>, drawn: bool) -> bool {
+    !drawn && starts_at_ms.is_some_and(|s| at_ms >= s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,7 +242,69 @@ mod tests {
             seed: Some("s".into()),
             do_requests: 0,
             buckets: 1,
+            frontier_history: vec![],
         }
+    }
+
+    #[test]
+    fn admit_tokens_end_with_the_window() {
+        let mut s = snap();
+        // Place 90 was reached at the checkpoint of t = 150 s, so its window
+        // ends at 270 s whenever the token is minted.
+        s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
+        assert_eq!(view(Some(90), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(admit_ttl_secs(90, &s, 200_000), 70);
+        assert_eq!(admit_ttl_secs(90, &s, 269_999), 1);
+        assert_eq!(admit_ttl_secs(90, &s, 270_000), 0);
+        assert_eq!(admit_ttl_secs(90, &s, 400_000), 0);
+        // Re-polled every second, the last token still ends at 270 s.
+        for now in (200_000..270_000).step_by(1_000) {
+            assert!(now / 1000 + admit_ttl_secs(90, &s, now) <= 270);
+        }
+        // Exactly reached counts as reached.
+        assert_eq!(admit_ttl_secs(95, &s, 200_000), 70);
+        assert_eq!(admit_ttl_secs(96, &s, 200_000), 110);
+        // Not yet in a checkpoint: the snapshot's time stands in (the
+        // checkpoint that will show it comes later), never the poll's time.
+        assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
+        assert_eq!(admit_ttl_secs(100, &s, 205_000), 115);
+        s.frontier_history.clear();
+        assert_eq!(admit_ttl_secs(100, &s, 203_500), 117);
+        // A checkpoint after the snapshot (clock skew) cannot lengthen it.
+        s.frontier_history = vec![(900_000, 100.0)];
+        assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
+        assert_eq!(admit_ttl_secs(u64::MAX, &s, u64::MAX), 0);
+    }
+
+    #[test]
+    fn joins_are_placed_by_their_arrival_not_their_handling() {
+        let start = 100_000;
+        // Pressed 1.5 s before the start, handed over 0.5 s after it (the
+        // object waited on the origin): still drawn with the pre-queue.
+        let arrival = arrival_ms(start + 500, Some(start - 1_500));
+        assert_eq!(arrival, start - 1_500);
+        assert!(!draw_due(arrival, Some(start), false));
+        assert!(
+            draw_due(start + 500, Some(start), false),
+            "the wait still draws later"
+        );
+        assert!(draw_due(start, Some(start), false));
+        assert!(!draw_due(start + 1, Some(start), true), "drawn once");
+        assert!(!draw_due(start + 1, None, false), "no start known");
+        // Unbelievable stamps fall back to the object's clock.
+        assert_eq!(arrival_ms(start, None), start);
+        assert_eq!(arrival_ms(start, Some(start + 1)), start, "from the future");
+        assert_eq!(
+            arrival_ms(start, Some(start - MAX_ARRIVAL_LEAD_MS)),
+            start - MAX_ARRIVAL_LEAD_MS
+        );
+        assert_eq!(
+            arrival_ms(start, Some(start - MAX_ARRIVAL_LEAD_MS - 1)),
+            start,
+            "too old"
+        );
+        assert_eq!(arrival_ms(5, Some(0)), 0);
+        assert_eq!(arrival_ms(u64::MAX, Some(0)), u64::MAX);
     }
 
     #[test]

@@ -16,6 +16,9 @@
 //! - after the start places are handed out in arrival order, one each;
 //! - all state changes of a request happen in synchronous SQL between awaits,
 //!   so concurrent requests never interleave inside one change;
+//! - a join is placed by its arrival (stamped before any await) and before
+//!   the settings refresh is awaited, so a press before the start is drawn
+//!   with the pre-queue even when the origin is slow at the start;
 //! - sale settings come from the origin (at most one fetch a second); when it
 //!   fails the last stored settings stand.
 
@@ -35,7 +38,7 @@ use crate::api::{self, ApiError};
 use crate::draw;
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, ring, send_with_timeout};
-use crate::queue::{ADMIT_TTL_SECS, Snapshot, TICKET_TTL_SECS};
+use crate::queue::{self, ADMIT_TTL_SECS, Snapshot, TICKET_TTL_SECS};
 
 /// A stored ticket is re-used while it has at least this long to live.
 const TICKET_REUSE_MIN_SECS: u64 = 3600;
@@ -277,14 +280,9 @@ impl SaleQueue {
     }
 
     /// Draws the pre-queue order once the start has come.
+    /// `now` is when what is being handled happened (a join's arrival).
     fn draw_if_due(&self, now: u64) -> ApiResult<()> {
-        if self.drawn() {
-            return Ok(());
-        }
-        let Some(starts) = self.meta_u64("starts_at_ms") else {
-            return Ok(());
-        };
-        if now < starts {
+        if !queue::draw_due(now, self.meta_u64("starts_at_ms"), self.drawn()) {
             return Ok(());
         }
         let seed = self
@@ -407,6 +405,14 @@ impl SaleQueue {
             } else {
                 0
             },
+            // Only checkpoints younger than a window can be the first to
+            // reach a place whose window is still open.
+            frontier_history: f
+                .checkpoints
+                .iter()
+                .filter(|(t, _)| t.saturating_add(p.window_ms) > now)
+                .copied()
+                .collect(),
         })
     }
 
@@ -572,6 +578,9 @@ impl SaleQueue {
     }
 
     async fn handle(&self, req: &mut Request) -> ApiResult<Value> {
+        // Read before any await: a join is placed by when it came, not by
+        // how long this request then waited on the origin.
+        let received = now_ms();
         let sale = req
             .headers()
             .get("x-sale")
@@ -585,21 +594,39 @@ impl SaleQueue {
         }
         let url = req.url().map_err(|_| ApiError::not_found())?;
         let method = req.method().to_string();
+        let query = |k: &str| {
+            url.query_pairs()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.into_owned())
+        };
+        if self.meta("starts_at_ms").is_none() {
+            // Nobody can be placed before the start is known.
+            self.ensure_config_then_alarm(&sale).await?;
+        }
+        // A join is placed now, synchronously, by its arrival (the Worker's
+        // stamp when believable): no alarm or other request can draw in
+        // between, so a press before the start is in the draw however long
+        // the settings refresh below then takes.
+        let joined = if method == "POST" && url.path() == "/join" {
+            let sub = query("sub")
+                .filter(|s| !s.is_empty() && s.len() <= 256)
+                .ok_or_else(|| ApiError::new(400, "bad_request", "sub missing"))?;
+            let stamped = query("arrival_ms").and_then(|v| v.parse().ok());
+            let arrival = queue::arrival_ms(received, stamped);
+            self.draw_if_due(arrival)?;
+            Some(self.join(&sale, &sub, arrival)?)
+        } else {
+            None
+        };
         self.ensure_config_then_alarm(&sale).await?;
         let now = now_ms();
         self.draw_if_due(now)?;
+        if let Some((ticket, place)) = joined {
+            return Ok(
+                json!({"ticket": ticket, "place": place, "snapshot": self.snapshot(&sale, now)?}),
+            );
+        }
         match (method.as_str(), url.path()) {
-            ("POST", "/join") => {
-                let body: Value = req.json().await.unwrap_or(Value::Null);
-                let sub = body["sub"]
-                    .as_str()
-                    .filter(|s| !s.is_empty() && s.len() <= 256)
-                    .ok_or_else(|| ApiError::new(400, "bad_request", "sub missing"))?;
-                let (ticket, place) = self.join(&sale, sub, now)?;
-                Ok(
-                    json!({"ticket": ticket, "place": place, "snapshot": self.snapshot(&sale, now)?}),
-                )
-            }
             ("GET", "/place") => {
                 let sub = url
                     .query_pairs()
