@@ -70,6 +70,26 @@ pub async fn sweep_sale(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64>
     Ok(units)
 }
 
+/// The per-sale figures a dashboard shows beside the request rates: units
+/// still for sale in Redis (Σ shard stock) and the configured admission
+/// rate. Best effort: a Redis error leaves the last value.
+async fn publish_sale_gauges(engine: &Engine, sale: &Sale) {
+    let id = sale.config.id.clone();
+    metrics::gauge!("flashsale_admission_rate", "sale" => id.clone())
+        .set(sale.config.admission_rate);
+    metrics::gauge!("flashsale_units_total", "sale" => id.clone())
+        .set(f64::from(sale.config.units_total));
+    let mut conn = engine.conn.clone();
+    let mut available = 0i64;
+    for k in &sale.shards {
+        match conn.get::<_, Option<i64>>(&k.stock).await {
+            Ok(stock) => available += stock.unwrap_or(0).max(0),
+            Err(_) => return,
+        }
+    }
+    metrics::gauge!("flashsale_units_available", "sale" => id).set(available as f64);
+}
+
 /// Runs the sweep until cancelled.
 pub async fn run(
     engine: Arc<Engine>,
@@ -100,6 +120,7 @@ pub async fn run(
                 metrics::gauge!("flashsale_settlement_lag", "sale" => sale.config.id.clone())
                     .set(lag as f64);
             }
+            publish_sale_gauges(&engine, sale).await;
             match sweep_sale(&engine, sale).await {
                 Ok(0) => {}
                 Ok(units) => {
