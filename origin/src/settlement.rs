@@ -35,7 +35,7 @@ use redis::AsyncCommands;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
 };
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::reservations::Engine;
@@ -96,16 +96,7 @@ impl From<sqlx::Error> for SettleError {
 pub enum Record {
     Hold {
         id: String,
-        account: String,
-        qty: i32,
-        shard: i32,
-        home: i32,
-        created_at: DateTime<Utc>,
-        expires_at: DateTime<Utc>,
-        /// The Idempotency-Key's hash and the qty the request asked for
-        /// (absent in records written before they existed).
-        idem: Option<String>,
-        requested: Option<i32>,
+        row: HoldRow,
     },
     Release {
         id: String,
@@ -113,21 +104,88 @@ pub enum Record {
         /// What Postgres needs to write the row itself when the release
         /// arrives before its hold (absent in records written before these
         /// fields existed).
-        row: Option<ReleasedRow>,
+        row: Option<HoldRow>,
     },
 }
 
-/// A released hold's row, carried by its release record.
+/// A reservation row as a hold's stream records carry it (the hold record,
+/// and its release record too).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ReleasedRow {
+pub struct HoldRow {
     pub account: String,
     pub qty: i32,
     pub shard: i32,
     pub home: i32,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// The Idempotency-Key's hash and the qty the request asked for
+    /// (absent in records written before they existed).
     pub idem: Option<String>,
     pub requested: Option<i32>,
+}
+
+impl HoldRow {
+    /// `created` names the field holding the hold's creation time (`at` in
+    /// a hold record, `created` in a release record, whose `at` is the
+    /// release's own time).
+    fn parse(e: &StreamId, created: &str) -> Option<Self> {
+        Some(HoldRow {
+            account: field(e, "acct")?,
+            qty: field(e, "qty")?.parse().ok().filter(|q| *q > 0)?,
+            shard: field(e, "shard")?.parse().ok()?,
+            home: field(e, "home")?.parse().ok()?,
+            created_at: ms_time(field(e, created))?,
+            expires_at: ms_time(field(e, "exp"))?,
+            idem: field(e, "idem").filter(|k| !k.is_empty()),
+            requested: field(e, "rq")
+                .and_then(|q| q.parse().ok())
+                .filter(|q| *q > 0),
+        })
+    }
+}
+
+/// Column arrays of reservation rows, for one `unnest` insert; the query's
+/// parameters `$2..$10` in this order.
+#[derive(Default)]
+struct RowColumns {
+    ids: Vec<String>,
+    accounts: Vec<String>,
+    qtys: Vec<i32>,
+    shards: Vec<i32>,
+    homes: Vec<i32>,
+    created: Vec<DateTime<Utc>>,
+    expires: Vec<DateTime<Utc>>,
+    idems: Vec<Option<String>>,
+    requested: Vec<Option<i32>>,
+}
+
+impl RowColumns {
+    fn push(&mut self, id: &str, r: &HoldRow) {
+        self.ids.push(id.to_string());
+        self.accounts.push(r.account.clone());
+        self.qtys.push(r.qty);
+        self.shards.push(r.shard);
+        self.homes.push(r.home);
+        self.created.push(r.created_at);
+        self.expires.push(r.expires_at);
+        self.idems.push(r.idem.clone());
+        self.requested.push(r.requested);
+    }
+
+    fn bind<'q>(
+        &'q self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        q.bind(&self.ids)
+            .bind(&self.accounts)
+            .bind(&self.qtys)
+            .bind(&self.shards)
+            .bind(&self.homes)
+            .bind(&self.created)
+            .bind(&self.expires)
+            .bind(&self.idems)
+            .bind(&self.requested)
+    }
 }
 
 fn field(e: &StreamId, name: &str) -> Option<String> {
@@ -145,43 +203,18 @@ pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
             if field(e, "sale")? != sale {
                 return None;
             }
-            let qty: i32 = field(e, "qty")?.parse().ok()?;
-            (qty > 0).then_some(())?;
             Some(Record::Hold {
                 id: field(e, "id")?,
-                account: field(e, "acct")?,
-                qty,
-                shard: field(e, "shard")?.parse().ok()?,
-                home: field(e, "home")?.parse().ok()?,
-                created_at: ms_time(field(e, "at"))?,
-                expires_at: ms_time(field(e, "exp"))?,
-                idem: field(e, "idem").filter(|k| !k.is_empty()),
-                requested: field(e, "rq")
-                    .and_then(|q| q.parse().ok())
-                    .filter(|q| *q > 0),
+                row: HoldRow::parse(e, "at")?,
             })
         }
         "release" => {
             let reason = field(e, "reason")?;
             matches!(reason.as_str(), "expired" | "cancelled" | "rejected").then_some(())?;
-            let row = (|| {
-                Some(ReleasedRow {
-                    account: field(e, "acct")?,
-                    qty: field(e, "qty")?.parse().ok().filter(|q| *q > 0)?,
-                    shard: field(e, "shard")?.parse().ok()?,
-                    home: field(e, "home")?.parse().ok()?,
-                    created_at: ms_time(field(e, "created"))?,
-                    expires_at: ms_time(field(e, "exp"))?,
-                    idem: field(e, "idem").filter(|k| !k.is_empty()),
-                    requested: field(e, "rq")
-                        .and_then(|q| q.parse().ok())
-                        .filter(|q| *q > 0),
-                })
-            })();
             Some(Record::Release {
                 id: field(e, "id")?,
                 reason,
-                row,
+                row: HoldRow::parse(e, "created"),
             })
         }
         _ => None,
@@ -336,57 +369,31 @@ impl Settler {
         out.released = apply_releases(&mut tx, sale_id, &releases).await?;
         let mut rejected_ids: Vec<String> = Vec::new();
         if !holds.is_empty() {
-            let (mut ids, mut accts, mut qtys, mut shards, mut homes, mut created, mut expires) =
-                (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-            let (mut idems, mut requested_qtys) = (vec![], vec![]);
+            let mut cols = RowColumns::default();
             for h in &holds {
-                if let Record::Hold {
-                    id,
-                    account,
-                    qty,
-                    shard,
-                    home,
-                    created_at,
-                    expires_at,
-                    idem,
-                    requested,
-                } = h
-                {
-                    idems.push(idem.clone());
-                    requested_qtys.push(*requested);
-                    ids.push(id.clone());
-                    accts.push(account.clone());
-                    qtys.push(*qty);
-                    shards.push(*shard);
-                    homes.push(*home);
-                    created.push(*created_at);
-                    expires.push(*expires_at);
+                if let Record::Hold { id, row } = h {
+                    cols.push(id, row);
                 }
             }
-            let inserted: Vec<(String, i32)> = sqlx::query_as(
-                "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty)
-                 SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at, u.idem, u.rq
-                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int[])
-                      WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, n)
-                 ORDER BY u.n
-                 ON CONFLICT (id) DO NOTHING
-                 RETURNING id, qty",
-            )
-            .bind(sale_id)
-            .bind(&ids)
-            .bind(&accts)
-            .bind(&qtys)
-            .bind(&shards)
-            .bind(&homes)
-            .bind(&created)
-            .bind(&expires)
-            .bind(&idems)
-            .bind(&requested_qtys)
-            .fetch_all(&mut *tx)
-            .await?;
+            let inserted: Vec<(String, i32)> = cols
+                .bind(sqlx::query(
+                    "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty)
+                     SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at, u.idem, u.rq
+                     FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int[])
+                          WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, n)
+                     ORDER BY u.n
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING id, qty",
+                ).bind(sale_id))
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .map(|r| (r.get::<String, _>(0), r.get::<i32, _>(1)))
+                .collect();
             out.inserted = inserted.len();
             // RETURNING order is not guaranteed: restore stream order.
-            let order: HashMap<&str, usize> = ids
+            let order: HashMap<&str, usize> = cols
+                .ids
                 .iter()
                 .enumerate()
                 .map(|(i, id)| (id.as_str(), i))
@@ -416,7 +423,7 @@ impl Settler {
             let earlier: Vec<String> = sqlx::query_scalar(
                 "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'rejected' AND NOT (id = ANY($2))",
             )
-            .bind(&ids)
+            .bind(&cols.ids)
             .bind(&rejected_ids)
             .fetch_all(&mut *tx)
             .await?;
@@ -628,58 +635,38 @@ async fn apply_releases(
             .await?
             .into_iter()
             .collect();
-    let (mut ids, mut accts, mut qtys, mut shards, mut homes) =
-        (vec![], vec![], vec![], vec![], vec![]);
-    let (mut created, mut expires, mut statuses, mut reasons) = (vec![], vec![], vec![], vec![]);
-    let (mut idems, mut requested) = (vec![], vec![]);
+    let mut cols = RowColumns::default();
+    let (mut statuses, mut reasons) = (vec![], vec![]);
     for r in releases {
         let Record::Release { id, reason, row } = r else {
             continue;
         };
-        if known.contains(id) || ids.contains(id) {
+        if known.contains(id) || cols.ids.contains(id) {
             continue;
         }
         let Some(row) = row else {
             tracing::warn!(sale = %sale_id, %id, "release of a hold Postgres does not know, without the hold's fields; nothing written");
             continue;
         };
-        ids.push(id.clone());
-        accts.push(row.account.clone());
-        qtys.push(row.qty);
-        shards.push(row.shard);
-        homes.push(row.home);
-        created.push(row.created_at);
-        expires.push(row.expires_at);
+        cols.push(id, row);
         statuses.push(released_status(reason));
         reasons.push(reason.clone());
-        idems.push(row.idem.clone());
-        requested.push(row.requested);
     }
-    if !ids.is_empty() {
-        sqlx::query(
+    if !cols.ids.is_empty() {
+        cols.bind(sqlx::query(
             "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at,
                                        released_at, release_reason, idem, requested_qty)
              SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq
              FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[],
-                         $9::text[], $10::text[], $11::text[], $12::int[])
-                  AS u(id, account, qty, shard, home, created_at, expires_at, status, reason, idem, rq)
+                         $9::text[], $10::int[], $11::text[], $12::text[])
+                  AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, status, reason)
              ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(sale_id)
-        .bind(&ids)
-        .bind(&accts)
-        .bind(&qtys)
-        .bind(&shards)
-        .bind(&homes)
-        .bind(&created)
-        .bind(&expires)
+        ).bind(sale_id))
         .bind(&statuses)
         .bind(&reasons)
-        .bind(&idems)
-        .bind(&requested)
         .execute(&mut **tx)
         .await?;
-        count += ids.len();
+        count += cols.ids.len();
     }
     Ok(count)
 }
