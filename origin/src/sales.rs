@@ -9,7 +9,11 @@
 //! - `sale create` never overwrites live Redis stock: it refuses when any of
 //!   the sale's keys already exist;
 //! - the sold-out flag is only ever a cache: it is set after every shard
-//!   said empty and is rechecked against Redis at most 1 s later.
+//!   said empty and is rechecked against Redis at most 1 s later;
+//! - the config cache is bounded against junk: ids Postgres does not know
+//!   live in a capacity-bounded cache for 1 s (so random ids cannot grow
+//!   memory), and a first sight of an id is loaded once however many
+//!   requests ask at the same moment (single flight).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,22 +142,50 @@ type Cache = Arc<RwLock<HashMap<String, Cached>>>;
 const CONFIG_TTL: Duration = Duration::from_secs(5);
 /// Unknown sale ids are remembered briefly so junk ids cannot hammer Postgres.
 const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+/// At most this many first loads (mostly unknown ids) are remembered.
+pub const FIRST_LOAD_CAPACITY: u64 = 10_000;
+
+/// First loads of a sale id, single flight: `Some` moves into the config
+/// map at once; `None` (no such sale) stays here for [`NEGATIVE_TTL`].
+type FirstLoads = moka::future::Cache<String, Option<Arc<Sale>>>;
+
+/// Turns a shared error (a single-flight load's, handed to every waiter)
+/// back into an owned one of the same kind, so callers still tell an
+/// unreachable Postgres (503) from anything else.
+fn unshare(e: Arc<sqlx::Error>) -> sqlx::Error {
+    Arc::try_unwrap(e).unwrap_or_else(|e| match &*e {
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())),
+        other => sqlx::Error::Protocol(other.to_string()),
+    })
+}
 
 /// Sale configs by id, loaded from Postgres on demand.
 pub struct SaleRegistry {
     pool: PgPool,
     prefix: String,
     cache: Cache,
+    first_loads: FirstLoads,
     flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
     pub epoch: Instant,
 }
 
 impl SaleRegistry {
     pub fn new(pool: PgPool, prefix: String) -> Self {
+        Self::with_first_load_capacity(pool, prefix, FIRST_LOAD_CAPACITY)
+    }
+
+    /// As [`SaleRegistry::new`], remembering at most `capacity` first loads.
+    pub fn with_first_load_capacity(pool: PgPool, prefix: String, capacity: u64) -> Self {
         SaleRegistry {
             pool,
             prefix,
             cache: Arc::new(RwLock::new(HashMap::new())),
+            first_loads: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(NEGATIVE_TTL)
+                .build(),
             flags: Default::default(),
             epoch: Instant::now(),
         }
@@ -170,18 +202,15 @@ impl SaleRegistry {
         if !valid_sale_id(id) {
             return Ok(None);
         }
-        if let Some(c) = self.cache.read().await.get(id) {
-            match &c.sale {
-                Some(_) if c.fetched.elapsed() >= CONFIG_TTL && !c.reloading => {}
-                Some(sale) => return Ok(Some(sale.clone())),
-                None if c.fetched.elapsed() < NEGATIVE_TTL => return Ok(None),
-                None => {}
-            }
+        if let Some(c) = self.cache.read().await.get(id)
+            && (c.reloading || c.fetched.elapsed() < CONFIG_TTL)
+        {
+            return Ok(c.sale.clone());
         }
         let stale = {
             let mut cache = self.cache.write().await;
             match cache.get_mut(id) {
-                Some(c) if c.sale.is_some() => {
+                Some(c) => {
                     if !c.reloading && c.fetched.elapsed() >= CONFIG_TTL {
                         c.reloading = true;
                         tokio::spawn(reload(
@@ -193,24 +222,43 @@ impl SaleRegistry {
                     }
                     c.sale.clone()
                 }
-                _ => None,
+                None => None,
             }
         };
         if stale.is_some() {
             return Ok(stale);
         }
-        let sale = load_sale(&self.pool, id)
-            .await?
-            .map(|cfg| Arc::new(Sale::new(cfg, &self.prefix)));
-        self.cache.write().await.insert(
-            id.to_string(),
-            Cached {
-                sale: sale.clone(),
-                fetched: Instant::now(),
-                reloading: false,
-            },
-        );
+        let (pool, prefix) = (self.pool.clone(), self.prefix.clone());
+        let owned = id.to_string();
+        let sale = self
+            .first_loads
+            .try_get_with(id.to_string(), async move {
+                metrics::counter!("flashsale_sale_config_loads_total").increment(1);
+                load_sale(&pool, &owned)
+                    .await
+                    .map(|c| c.map(|cfg| Arc::new(Sale::new(cfg, &prefix))))
+            })
+            .await
+            .map_err(unshare)?;
+        if let Some(sale) = &sale {
+            self.cache
+                .write()
+                .await
+                .entry(id.to_string())
+                .or_insert_with(|| Cached {
+                    sale: Some(sale.clone()),
+                    fetched: Instant::now(),
+                    reloading: false,
+                });
+        }
         Ok(sale)
+    }
+
+    /// First loads remembered now (mostly unknown ids); bounded by the
+    /// registry's capacity.
+    pub async fn first_loads_cached(&self) -> u64 {
+        self.first_loads.run_pending_tasks().await;
+        self.first_loads.entry_count()
     }
 
     /// The sold-out flag of a sale (created unset on first use).

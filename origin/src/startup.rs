@@ -3,17 +3,16 @@
 //! (SIGINT/SIGTERM: stop accepting, finish in-flight requests, then stop the
 //! workers cleanly, all within a bounded grace).
 
-use std::collections::HashMap;
 use std::future::IntoFuture;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::configuration::Settings;
@@ -34,7 +33,9 @@ pub struct Inner {
     pub user_keys: token::KeyRing,
     pub admission_keys: token::KeyRing,
     pub in_flight: Semaphore,
-    pub summaries: Mutex<HashMap<String, (Instant, serde_json::Value)>>,
+    /// Sale summaries, computed once per sale per TTL however many ask
+    /// (single flight), bounded.
+    pub summaries: moka::future::Cache<String, serde_json::Value>,
     pub metrics: PrometheusHandle,
     pub settings: Settings,
     /// The port `serve` is bound to (the dev payment provider posts to it).
@@ -72,7 +73,10 @@ impl AppState {
             user_keys: settings.user_keys.clone(),
             admission_keys: settings.admission_keys.clone(),
             in_flight: Semaphore::new(settings.max_in_flight),
-            summaries: Mutex::new(HashMap::new()),
+            summaries: moka::future::Cache::builder()
+                .max_capacity(crate::sales::FIRST_LOAD_CAPACITY)
+                .time_to_live(crate::routes::SUMMARY_TTL)
+                .build(),
             metrics: telemetry::metrics_handle(),
             settings,
             bound_port: std::sync::OnceLock::new(),

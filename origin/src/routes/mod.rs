@@ -5,6 +5,8 @@ mod payments;
 pub(crate) mod reservations;
 mod sales;
 
+pub use sales::SUMMARY_TTL;
+
 use axum::Router;
 use axum::routing::{get, post};
 

@@ -186,7 +186,7 @@ pub async fn webhook(
         ApplyError::Redis(r) => r.into(),
     })?;
     if applied == Applied::Paid || applied == Applied::RefundRequired {
-        app.summaries.lock().await.clear();
+        app.summaries.invalidate_all();
     }
     Ok(Json(json!({"received": true, "result": applied})))
 }

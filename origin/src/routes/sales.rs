@@ -2,7 +2,8 @@
 //! shard) and Postgres (sold units), cached in process for at most 1 s so a
 //! crowd refreshing the page costs Redis one read per shard per second.
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -20,26 +21,31 @@ pub async fn summary(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if let Some((at, body)) = app.summaries.lock().await.get(&sale_id)
-        && at.elapsed() < SUMMARY_TTL
-    {
-        return Ok(Json(body.clone()));
-    }
     let sale = app
         .sales
         .get(&sale_id)
         .await?
         .ok_or_else(|| ApiError::not_found("sale_not_found", format!("no sale {sale_id:?}")))?;
-    let body = compute(&app, &sale).await?;
-    app.summaries
-        .lock()
+    let body = app
+        .summaries
+        .try_get_with(sale_id, compute(&app, &sale))
         .await
-        .insert(sale_id, (Instant::now(), body.clone()));
+        // The first waiter gets its own error; others a plain 503.
+        .map_err(|e| {
+            Arc::try_unwrap(e).unwrap_or_else(|e| {
+                ApiError::unavailable(
+                    "summary_unavailable",
+                    format!("the summary could not be computed: {e}"),
+                )
+            })
+        })?;
     Ok(Json(body))
 }
 
 async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     let cfg = &sale.config;
+    metrics::counter!("flashsale_summary_computations_total", "sale" => cfg.id.clone())
+        .increment(1);
     let mut conn = app.engine.conn.clone();
     let mut available: i64 = 0;
     for k in &sale.shards {
