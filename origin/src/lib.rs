@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cli;
 pub mod configuration;
 pub mod error;
+pub mod load;
 pub mod outbox;
 pub mod payments;
 pub mod reconcile;

@@ -36,6 +36,8 @@ pub struct Inner {
     /// Sale summaries, computed once per sale per TTL however many ask
     /// (single flight), bounded.
     pub summaries: moka::future::Cache<String, serde_json::Value>,
+    /// This replica's load signal for the edge's admission controller.
+    pub load: crate::load::LoadWindow,
     pub metrics: PrometheusHandle,
     pub settings: Settings,
     /// The port `serve` is bound to (the dev payment provider posts to it).
@@ -77,6 +79,7 @@ impl AppState {
                 .max_capacity(crate::sales::FIRST_LOAD_CAPACITY)
                 .time_to_live(crate::routes::SUMMARY_TTL)
                 .build(),
+            load: crate::load::LoadWindow::new(),
             metrics: telemetry::metrics_handle(),
             settings,
             bound_port: std::sync::OnceLock::new(),

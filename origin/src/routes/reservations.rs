@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::auth;
 use crate::error::ApiError;
+use crate::load::Ended;
 use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
 use crate::startup::AppState;
@@ -46,7 +47,14 @@ pub async fn create(
     };
     metrics::counter!("flashsale_reservation_requests_total", "outcome" => outcome).increment(1);
     metrics::histogram!("flashsale_reservation_seconds").record(started.elapsed().as_secs_f64());
-    match result {
+    let ended = match &result {
+        Ok(_) => Ended::Accepted,
+        Err(e) if e.status() == StatusCode::TOO_MANY_REQUESTS => Ended::Shed,
+        Err(e) if e.status().is_server_error() => Ended::Failed,
+        Err(_) => Ended::Other,
+    };
+    app.load.record(ended, started.elapsed());
+    let mut res = match result {
         Ok((body, replay)) => {
             let location = format!(
                 "/api/reservations/{}",
@@ -69,8 +77,16 @@ pub async fn create(
             res
         }
         Err(e) => e.into_response(),
+    };
+    // The load signal rides on the answer the edge forwards anyway.
+    if let Ok(v) = header::HeaderValue::from_str(&app.load.header()) {
+        res.headers_mut().insert(LOAD_HEADER, v);
     }
+    res
 }
+
+/// The compact load signal on every reservation answer (see `crate::load`).
+pub const LOAD_HEADER: &str = "x-origin-load";
 
 fn idempotency_key(headers: &HeaderMap) -> Result<&str, ApiError> {
     let value = headers.get("idempotency-key").ok_or_else(|| {

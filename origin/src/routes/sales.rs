@@ -1,6 +1,8 @@
 //! `GET /api/sales/{sale}`: the sale summary, computed from Redis (stock per
 //! shard) and Postgres (sold units), cached in process for at most 1 s so a
-//! crowd refreshing the page costs Redis one read per shard per second.
+//! crowd refreshing the page costs Redis one read per shard per second. It
+//! carries the origin's load signal (`health`) for the edge's admission
+//! controller.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +72,8 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     if phase == Phase::Live && sold_out {
         phase = Phase::SoldOut;
     }
+    let lag = crate::settlement::lag(&app.engine, sale).await?;
+    let signal = app.load.signal();
     // "Percent sold" as a shopper reads it: units no longer for sale.
     let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;
     Ok(json!({
@@ -89,5 +93,17 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "hold_seconds": cfg.hold_seconds,
         "admission_rate": cfg.admission_rate,
         "admission_factor": cfg.admission_factor,
+        // What the edge's admission controller follows (this replica, the
+        // last `window_s` seconds; see crate::load).
+        "health": {
+            "window_s": signal.window_s,
+            "requests_per_s": signal.requests_per_s,
+            "accepted_per_s": signal.accepted_per_s,
+            "shed_share": signal.shed_share,
+            "error_share": signal.error_share,
+            "p99_ms": signal.p99_ms,
+            "settlement_lag": lag,
+            "units_available": available,
+        },
     }))
 }

@@ -1,0 +1,74 @@
+//! The origin's load signal (issue 13 #1): what the edge's admission
+//! controller follows. Reservation answers carry it compactly
+//! (`x-origin-load`), the sale summary in full (`health`); a burst past a
+//! small in-flight limit shows up as a shed share, quiet selling as none.
+
+use tests::{AppOptions, TestApp, sale_spec};
+
+fn field(header: &str, name: &str) -> f64 {
+    header
+        .split(';')
+        .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing in {header}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sheds_and_latency_reach_the_edge_with_the_answers_and_the_summary() {
+    // Quiet selling: accepted, nothing shed.
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("calm", 100, 2, 2)).await;
+    for i in 0..20 {
+        let t = app.admit(&format!("c{i}"), "calm");
+        let (s, _, h) = app
+            .reserve("calm", Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202);
+        let load = h["x-origin-load"].to_str().unwrap().to_string();
+        assert_eq!(field(&load, "shed"), 0.0, "{load}");
+    }
+    let (_, summary) = app.get("/api/sales/calm", None).await;
+    let health = &summary["health"];
+    assert!(health["accepted_per_s"].as_f64().unwrap() > 0.0, "{health}");
+    assert_eq!(health["shed_share"], 0.0);
+    assert!(health["p99_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(health["units_available"], 80);
+    assert!(health["settlement_lag"].as_i64().is_some());
+    app.stop().await;
+
+    // A burst past max_in_flight = 1: some are shed, and the signal says so.
+    let app = TestApp::spawn_with(AppOptions {
+        max_in_flight: 1,
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(sale_spec("busy", 1_000, 2, 2)).await;
+    let answers = futures::future::join_all((0..64).map(|i| {
+        let t = app.admit(&format!("b{i}"), "busy");
+        let app = &app;
+        async move {
+            app.reserve("busy", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+        }
+    }))
+    .await;
+    let shed = answers.iter().filter(|(s, _, _)| *s == 429).count();
+    assert!(shed > 0, "the burst was shed in part");
+    let (_, _, h) = app
+        .reserve(
+            "busy",
+            Some(&app.admit("late", "busy")),
+            Some("k"),
+            r#"{"qty":1}"#,
+        )
+        .await;
+    let load = h["x-origin-load"].to_str().unwrap().to_string();
+    let (_, summary) = app.get("/api/sales/busy", None).await;
+    let share = summary["health"]["shed_share"].as_f64().unwrap();
+    let expected = shed as f64 / 65.0;
+    assert!(
+        (share - expected).abs() < 0.02,
+        "shed share {share} vs {shed} of 65 answers ({load})"
+    );
+    app.stop().await;
+}
