@@ -4,7 +4,7 @@
 //! with HMAC `admit` tokens, caches the sale summary and the sold-out flag,
 //! and forwards admitted requests to the origin.
 //!
-//! Layout: the pure modules ([`api`], [`config`], [`draw`], [`frontier`],
+//! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`], [`frontier`],
 //! [`limit`], [`queue`]) hold
 //! all the logic and are tested on the host; `glue` and `sale_queue` (Wasm
 //! only) are thin runtime glue. Invariant: nothing in this crate trusts
@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod config;
+pub mod control;
 pub mod draw;
 pub mod frontier;
 pub mod limit;
