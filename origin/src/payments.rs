@@ -18,6 +18,7 @@
 //! - Failure: payment `failed`; the reservation stays payable until expiry,
 //!   whose release is the saga's compensation (unit back in Redis and Postgres).
 
+use hmac::digest::{CtOutput, Output};
 use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use serde_json::json;
@@ -70,7 +71,18 @@ pub fn sign_webhook(secret: &str, t: u64, body: &[u8]) -> String {
     )
 }
 
+/// At most this many `v1` candidates in one header: a provider sends one
+/// per secret it signs with (two while it rotates); more is refused before
+/// any MAC is computed, so a header cannot buy unbounded work.
+pub const MAX_SIGNATURES: usize = 5;
+
 /// Verifies a `Payment-Signature` header against any of `secrets`.
+///
+/// The header is parsed fully (and cheaply) before any MAC: at most
+/// [`MAX_SIGNATURES`] candidates, each exactly 64 hex digits (an HMAC-SHA256),
+/// else `Malformed`. Then one MAC per secret over the body, compared in
+/// constant time with every candidate: the work is bounded by
+/// `secrets × body`, whatever the header says.
 pub fn verify_webhook(
     secrets: &[String],
     header: Option<&str>,
@@ -79,7 +91,7 @@ pub fn verify_webhook(
 ) -> Result<(), SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let mut t = None;
-    let mut sigs = Vec::new();
+    let mut sigs: Vec<[u8; 32]> = Vec::new();
     for part in header.split(',') {
         let (k, v) = part
             .trim()
@@ -87,7 +99,14 @@ pub fn verify_webhook(
             .ok_or(SignatureError::Malformed)?;
         match k {
             "t" => t = Some(v.parse::<u64>().map_err(|_| SignatureError::Malformed)?),
-            "v1" => sigs.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?),
+            "v1" => {
+                if sigs.len() == MAX_SIGNATURES || v.len() != 64 {
+                    return Err(SignatureError::Malformed);
+                }
+                let mut sig = [0u8; 32];
+                hex::decode_to_slice(v, &mut sig).map_err(|_| SignatureError::Malformed)?;
+                sigs.push(sig);
+            }
             _ => {} // other schemes are ignored, as providers add them
         }
     }
@@ -98,10 +117,15 @@ pub fn verify_webhook(
     if now.abs_diff(t) > WEBHOOK_TOLERANCE_SECS {
         return Err(SignatureError::Stale);
     }
-    let ok = secrets.iter().any(|s| {
-        sigs.iter()
-            .any(|sig| mac(s, t, body).verify_slice(sig).is_ok())
-    });
+    // Every secret and every candidate is compared (no early exit), so the
+    // time taken says nothing about which comparison matched.
+    let mut ok = false;
+    for s in secrets {
+        let tag = mac(s, t, body).finalize();
+        for sig in &sigs {
+            ok |= tag == CtOutput::new(Output::<Hmac<Sha256>>::from(*sig));
+        }
+    }
     if ok {
         Ok(())
     } else {

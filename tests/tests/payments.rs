@@ -394,3 +394,149 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
     }
     app.stop().await;
 }
+
+/// A webhook request with a deadline: `None` when no answer came in time.
+async fn timed_webhook(
+    app: &TestApp,
+    body: Vec<u8>,
+    sig: String,
+    deadline: Duration,
+) -> (Option<(u16, Value)>, Duration) {
+    let started = std::time::Instant::now();
+    let res = app
+        .client
+        .post(format!("{}/webhooks/payments", app.addr))
+        .header("content-type", "application/json")
+        .header("Payment-Signature", sig)
+        .body(body)
+        .timeout(deadline)
+        .send()
+        .await;
+    let answer = match res {
+        Ok(r) => Some((r.status().as_u16(), r.json().await.unwrap_or(Value::Null))),
+        Err(e) => {
+            assert!(e.is_timeout(), "no answer at all: {e}");
+            None
+        }
+    };
+    (answer, started.elapsed())
+}
+
+/// `t=<now>` and `n` well-formed (64-hex) signatures, none of them valid.
+fn many_signatures(n: usize) -> String {
+    let mut h = format!("t={}", tests::now_secs());
+    for i in 0..n {
+        h.push_str(&format!(",v1={:064x}", i));
+    }
+    h
+}
+
+// Refusing a request costs microseconds (a length check, or a parse of a
+// short header), while the unbounded version took seconds (1 MB × 5,000
+// MACs). The bound is 50 ms, the issue's figure: ~50× what the refusal takes
+// on this loaded 2-core machine, so scheduler noise cannot trip it, and
+// still far below what any per-signature MAC over the body would cost.
+const REFUSAL_BUDGET: Duration = Duration::from_millis(50);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_with_a_megabyte_body_and_5000_signatures_is_refused_at_once() {
+    let app = TestApp::spawn().await;
+    // Warm the connection pool so the timing is the refusal, not a connect.
+    let (s, _) = webhook(&app, "{}", None).await;
+    assert_eq!(s, 401);
+    let mut body = br#"{"id":"evt_big","type":"payment.succeeded","data":{"payment_id":"pay_x","amount_cents":1},"pad":""#.to_vec();
+    body.resize(1024 * 1024 - 2, b'a');
+    body.extend_from_slice(b"\"}");
+    let (answer, took) =
+        timed_webhook(&app, body, many_signatures(5_000), Duration::from_secs(5)).await;
+    let (s, b) = answer.expect("an answer within 5 s");
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (413, Some("body_too_large")),
+        "{b}"
+    );
+    assert!(took < REFUSAL_BUDGET, "refused after {took:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_signature_header_refusals_each_have_their_code_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("sigs", 5, 2, 1)).await;
+    let (id, t) = reserve_one(&app, "sigs", "sid").await;
+    let (_, p) = purchase(&app, &id, &t).await;
+    let pay = p["payment_id"].as_str().unwrap().to_string();
+    let good = event("evt_s", "payment.succeeded", &pay, 4_999);
+    let now = tests::now_secs();
+    let valid = sign_webhook(SECRET, now, good.as_bytes());
+    let valid_hex = valid.rsplit_once("v1=").unwrap().1.to_string();
+    // A small body with 5,000 signatures: refused on the count, at once.
+    let (answer, took) = timed_webhook(
+        &app,
+        good.clone().into_bytes(),
+        format!("{},v1={valid_hex}", many_signatures(5_000)),
+        Duration::from_secs(5),
+    )
+    .await;
+    let (s, b) = answer.expect("an answer within 5 s");
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("signature_malformed")),
+        "{b}"
+    );
+    assert!(took < REFUSAL_BUDGET, "refused after {took:?}");
+    let refused: Vec<(String, &str)> = vec![
+        // More than a handful of candidates, even with the valid one among them.
+        (
+            format!("{},v1={valid_hex}", many_signatures(5)),
+            "signature_malformed",
+        ),
+        // Each candidate is exactly 64 hex digits.
+        (
+            format!("t={now},v1={}", &valid_hex[..62]),
+            "signature_malformed",
+        ),
+        (format!("t={now},v1={valid_hex}00"), "signature_malformed"),
+        (
+            format!("t={now},v1={}zz", &valid_hex[..62]),
+            "signature_malformed",
+        ),
+        (format!("t={now},v1="), "signature_malformed"),
+        (format!("t={now}"), "signature_malformed"),
+        (format!("v1={valid_hex}"), "signature_malformed"),
+        (format!("t=,v1={valid_hex}"), "signature_malformed"),
+        (format!("t={now}v1={valid_hex}"), "signature_malformed"),
+        (format!("t={},v1={valid_hex}", now - 301), "signature_stale"),
+        (format!("t={now},v1={:064x}", 7), "signature_mismatch"),
+    ];
+    for (sig, code) in refused {
+        let (s, b) = webhook(&app, &good, Some(sig.clone())).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (401, Some(code)), "{sig}");
+    }
+    // A body over the limit is refused whatever it carries, valid signature or not.
+    let mut big = good.clone().into_bytes();
+    big.extend(std::iter::repeat_n(b' ', 64 * 1024));
+    let sig = sign_webhook(SECRET, now, &big);
+    let (answer, _) = timed_webhook(&app, big, sig, Duration::from_secs(5)).await;
+    let (s, b) = answer.expect("an answer");
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (413, Some("body_too_large")),
+        "{b}"
+    );
+    assert_eq!(status_of(&app, &id).await, "pending_payment");
+    assert_eq!(scalar_i64(&app, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        scalar_i64(&app, "SELECT count(*) FROM processed_messages").await,
+        0
+    );
+    // A handful of candidates (rotation at the provider) with the valid one last passes.
+    let (s, r) = webhook(
+        &app,
+        &good,
+        Some(format!("{},v1={valid_hex}", many_signatures(4))),
+    )
+    .await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
+    app.stop().await;
+}

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -144,11 +145,23 @@ fn secrets(app: &AppState) -> Vec<String> {
         .collect()
 }
 
+/// The largest webhook body read (64 KiB): a provider event is a few hundred
+/// bytes, and every byte accepted is hashed once per secret.
+pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
+
 pub async fn webhook(
     State(app): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let body = body.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            ApiError::BodyTooLarge {
+                limit: WEBHOOK_BODY_LIMIT,
+            }
+        }
+        other => ApiError::bad_request("malformed_body", other.body_text()),
+    })?;
     let secrets = secrets(&app);
     if secrets.is_empty() {
         return Err(ApiError::unavailable(
