@@ -540,3 +540,112 @@ async fn webhook_signature_header_refusals_each_have_their_code_and_change_nothi
     assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
     app.stop().await;
 }
+
+async fn purchase_with_key(app: &TestApp, id: &str, token: &str, key: &str) -> (u16, Value) {
+    let res = app
+        .client
+        .post(format!("{}/api/reservations/{id}/purchase", app.addr))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .send()
+        .await
+        .unwrap();
+    (
+        res.status().as_u16(),
+        res.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// Two settled reservations of one account (distinct reservation keys).
+async fn two_reservations(app: &TestApp, sale: &str, acct: &str) -> (String, String, String) {
+    let t = app.admit(acct, sale);
+    let mut ids = Vec::new();
+    for k in ["r1", "r2"] {
+        let (s, b, _) = app.reserve(sale, Some(&t), Some(k), r#"{"qty":1}"#).await;
+        assert_eq!(s, 202, "{b}");
+        ids.push(b["reservation_id"].as_str().unwrap().to_string());
+    }
+    (ids[0].clone(), ids[1].clone(), t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purchase_key_reused_for_another_reservation_is_refused_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("pkey", 5, 2, 1)).await;
+    let (a, b, t) = two_reservations(&app, "pkey", "pia").await;
+    let (s, first) = purchase_with_key(&app, &a, &t, "pay-key-1").await;
+    assert_eq!(s, 201, "{first}");
+    // Another reservation, the same key: refused, and nothing changes.
+    let (s, r) = purchase_with_key(&app, &b, &t, "pay-key-1").await;
+    assert_eq!(
+        (s, r["error"]["code"].as_str()),
+        (422, Some("idempotency_key_reused")),
+        "{r}"
+    );
+    assert_eq!(scalar_i64(&app, "SELECT count(*) FROM payments").await, 1);
+    assert_eq!(status_of(&app, &b).await, "settled");
+    // The same reservation, the same key: the first answer.
+    let (s, again) = purchase_with_key(&app, &a, &t, "pay-key-1").await;
+    assert_eq!((s, &again["payment_id"]), (200, &first["payment_id"]));
+    // The other reservation with a key of its own is payable.
+    let (s, p) = purchase_with_key(&app, &b, &t, "pay-key-2").await;
+    assert_eq!(s, 201, "{p}");
+    assert_ne!(p["payment_id"], first["payment_id"]);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_purchases_sharing_one_key_make_one_payment_and_no_500() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("pkrace", 10, 2, 1)).await;
+    // Round 1: 16 concurrent purchases of one reservation with one key.
+    let (a, _, t) = two_reservations(&app, "pkrace", "ria").await;
+    let answers =
+        futures::future::join_all((0..16).map(|_| purchase_with_key(&app, &a, &t, "one-key")))
+            .await;
+    let ids: std::collections::HashSet<String> = answers
+        .iter()
+        .map(|(s, p)| {
+            assert!(*s == 201 || *s == 200, "{s} {p}");
+            p["payment_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one payment");
+    assert_eq!(answers.iter().filter(|(s, _)| *s == 201).count(), 1);
+    // Round 2: one key raced over two reservations (another account): one
+    // payment; the key's reservation answers it, the other gets 422.
+    let (c, d, u) = two_reservations(&app, "pkrace", "rob").await;
+    let answers = futures::future::join_all((0..16).map(|i| {
+        let id = if i % 2 == 0 { c.clone() } else { d.clone() };
+        let u = u.clone();
+        let app = &app;
+        async move {
+            (
+                id.clone(),
+                purchase_with_key(app, &id, &u, "shared-key").await,
+            )
+        }
+    }))
+    .await;
+    let failed: Vec<_> = answers.iter().filter(|(_, (s, _))| *s >= 500).collect();
+    assert!(failed.is_empty(), "server errors: {failed:?}");
+    let paid: Vec<String> =
+        sqlx::query_scalar("SELECT reservation_id FROM payments WHERE account = 'rob'")
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(paid.len(), 1, "one payment for the key");
+    for (id, (s, p)) in &answers {
+        if *id == paid[0] {
+            assert!(*s == 201 || *s == 200, "{s} {p}");
+        } else {
+            assert_eq!(
+                (*s, p["error"]["code"].as_str()),
+                (422, Some("idempotency_key_reused")),
+                "{p}"
+            );
+        }
+    }
+    assert_eq!(answers.iter().filter(|(_, (s, _))| *s == 201).count(), 1);
+    app.stop().await;
+}
