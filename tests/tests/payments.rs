@@ -364,9 +364,20 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         .await
         .unwrap();
     if published == 1 {
-        let again = origin::outbox::relay_once(&app.state.pool, &sink, 10, false)
-            .await
-            .unwrap();
+        // The "dead" relay's transaction is rolled back when its connection
+        // is next used (sqlx queues the rollback on drop): until then its row
+        // lock makes SKIP LOCKED pass the row over, as a real crash would
+        // until Postgres notices the closed connection.
+        let mut again = 0;
+        for _ in 0..50 {
+            again = origin::outbox::relay_once(&app.state.pool, &sink, 10, false)
+                .await
+                .unwrap();
+            if again > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         assert_eq!(again, 1, "published again after the crash");
         let copies: i64 = conn.xlen(&sink.stream).await.unwrap();
         assert_eq!(copies, 2);
@@ -438,6 +449,30 @@ fn many_signatures(n: usize) -> String {
 // still far below what any per-signature MAC over the body would cost.
 const REFUSAL_BUDGET: Duration = Duration::from_millis(50);
 
+/// Sends the same refused request up to 5 times (each must be refused with
+/// `want`, within 5 s) and returns the fastest time. Load from the tests
+/// running beside this one can only add time, never remove it, so the
+/// fastest try is the cost of the refusal itself; unbounded work fails the
+/// first try already.
+async fn fastest_refusal(app: &TestApp, body: &[u8], sig: &str, want: (u16, &str)) -> Duration {
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let (answer, took) =
+            timed_webhook(app, body.to_vec(), sig.to_string(), Duration::from_secs(5)).await;
+        let (s, b) = answer.expect("an answer within 5 s");
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (want.0, Some(want.1)),
+            "{b}"
+        );
+        best = best.min(took);
+        if best < REFUSAL_BUDGET {
+            break;
+        }
+    }
+    best
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_with_a_megabyte_body_and_5000_signatures_is_refused_at_once() {
     let app = TestApp::spawn().await;
@@ -447,15 +482,14 @@ async fn webhook_with_a_megabyte_body_and_5000_signatures_is_refused_at_once() {
     let mut body = br#"{"id":"evt_big","type":"payment.succeeded","data":{"payment_id":"pay_x","amount_cents":1},"pad":""#.to_vec();
     body.resize(1024 * 1024 - 2, b'a');
     body.extend_from_slice(b"\"}");
-    let (answer, took) =
-        timed_webhook(&app, body, many_signatures(5_000), Duration::from_secs(5)).await;
-    let (s, b) = answer.expect("an answer within 5 s");
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (413, Some("body_too_large")),
-        "{b}"
-    );
-    assert!(took < REFUSAL_BUDGET, "refused after {took:?}");
+    let best = fastest_refusal(
+        &app,
+        &body,
+        &many_signatures(5_000),
+        (413, "body_too_large"),
+    )
+    .await;
+    assert!(best < REFUSAL_BUDGET, "refused after {best:?} at best");
     app.stop().await;
 }
 
@@ -471,20 +505,14 @@ async fn webhook_signature_header_refusals_each_have_their_code_and_change_nothi
     let valid = sign_webhook(SECRET, now, good.as_bytes());
     let valid_hex = valid.rsplit_once("v1=").unwrap().1.to_string();
     // A small body with 5,000 signatures: refused on the count, at once.
-    let (answer, took) = timed_webhook(
+    let best = fastest_refusal(
         &app,
-        good.clone().into_bytes(),
-        format!("{},v1={valid_hex}", many_signatures(5_000)),
-        Duration::from_secs(5),
+        good.as_bytes(),
+        &format!("{},v1={valid_hex}", many_signatures(5_000)),
+        (401, "signature_malformed"),
     )
     .await;
-    let (s, b) = answer.expect("an answer within 5 s");
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (401, Some("signature_malformed")),
-        "{b}"
-    );
-    assert!(took < REFUSAL_BUDGET, "refused after {took:?}");
+    assert!(best < REFUSAL_BUDGET, "refused after {best:?} at best");
     let refused: Vec<(String, &str)> = vec![
         // More than a handful of candidates, even with the valid one among them.
         (
