@@ -677,3 +677,272 @@ async fn concurrent_purchases_sharing_one_key_make_one_payment_and_no_500() {
     assert_eq!(answers.iter().filter(|(_, (s, _))| *s == 201).count(), 1);
     app.stop().await;
 }
+
+/// A reservation's hold as Redis keeps it: (shard, record, in the expiry index).
+async fn redis_hold(app: &TestApp, sale: &str, id: &str) -> Option<(usize, Value, bool)> {
+    let s = app.state.sales.get(sale).await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    for (i, k) in s.shards.iter().enumerate() {
+        let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
+        if let Some(raw) = raw {
+            let score: Option<f64> = conn.zscore(&k.exp, id).await.unwrap();
+            return Some((i, serde_json::from_str(&raw).unwrap(), score.is_some()));
+        }
+    }
+    None
+}
+
+/// Units still for sale in Redis, over all shards of `sale`.
+async fn redis_stock(app: &TestApp, sale: &str) -> i64 {
+    let s = app.state.sales.get(sale).await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    let mut n = 0;
+    for k in &s.shards {
+        let v: i64 = conn.get(&k.stock).await.unwrap();
+        n += v;
+    }
+    n
+}
+
+/// Rewrites a hold's status in Redis by hand, as a crash between the two
+/// stores (or a bug) would leave it: `paid` leaves the expiry index, `held`
+/// enters it.
+async fn tamper_hold(app: &TestApp, sale: &str, id: &str, status: &str) {
+    let (shard, mut rec, _) = redis_hold(app, sale, id).await.expect("a hold");
+    let s = app.state.sales.get(sale).await.unwrap().unwrap();
+    let k = &s.shards[shard];
+    rec["s"] = json!(status);
+    let mut conn = app.redis().await;
+    let _: () = conn.hset(&k.holds, id, rec.to_string()).await.unwrap();
+    if status == "paid" {
+        let _: () = conn.zrem(&k.exp, id).await.unwrap();
+    } else {
+        let _: () = conn
+            .zadd(&k.exp, id, rec["e"].as_i64().unwrap())
+            .await
+            .unwrap();
+    }
+}
+
+fn no_reconciler() -> AppOptions {
+    AppOptions {
+        workers: Workers {
+            reconcile: false,
+            ..Workers::ALL
+        },
+        ..Default::default()
+    }
+}
+
+/// Every unit of `sale` ends sold or for sale, in Redis and in Postgres:
+/// no reservation left in between once every hold has expired.
+async fn assert_no_lost_unit(app: &TestApp, sale: &str, total: i64) {
+    let (held, sold): (i32, i32) =
+        sqlx::query_as("SELECT held, sold FROM inventory WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    let paid: Vec<(String, i32)> =
+        sqlx::query_as("SELECT id, qty FROM reservations WHERE sale_id = $1 AND status = 'paid'")
+            .bind(sale)
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+    let paid_units: i64 = paid.iter().map(|(_, q)| i64::from(*q)).sum();
+    assert_eq!(
+        (held, i64::from(sold)),
+        (0, paid_units),
+        "Postgres: nothing held, sold = paid"
+    );
+    assert_eq!(
+        redis_stock(app, sale).await,
+        total - paid_units,
+        "Redis: every unit not sold is for sale"
+    );
+    let ids = app.redis_hold_ids(sale).await;
+    let want: std::collections::HashSet<String> = paid.iter().map(|(id, _)| id.clone()).collect();
+    assert_eq!(ids, want, "Redis keeps exactly the paid holds");
+    for id in &want {
+        let (_, rec, in_exp) = redis_hold(app, sale, id).await.unwrap();
+        assert_eq!((rec["s"].as_str(), in_exp), (Some("paid"), false), "{id}");
+    }
+}
+
+/// Waits until every reservation of `sale` is paid or released in Postgres.
+async fn wait_all_final(app: &TestApp, sale: &str, within: Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let open: Vec<(String, String)> = sqlx::query_as(
+            "SELECT id, status FROM reservations WHERE sale_id = $1 AND status NOT IN ('paid', 'expired')",
+        )
+        .bind(sale)
+        .fetch_all(&app.state.pool)
+        .await
+        .unwrap();
+        if open.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{} reservations neither paid nor released long after their holds expired: {open:?}",
+            open.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_and_failure_racing_for_every_payment_lose_no_unit() {
+    let app = TestApp::spawn_with(no_reconciler()).await;
+    let mut spec = sale_spec("race", 40, 2, 2);
+    spec.hold_seconds = 8;
+    app.create_sale(spec).await;
+    let mut pays = Vec::new();
+    for i in 0..20 {
+        let acct = format!("racer{i}");
+        let t = app.admit(&acct, "race");
+        let (s, b, _) = app
+            .reserve("race", Some(&t), Some("k"), r#"{"qty":2}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        let id = b["reservation_id"].as_str().unwrap().to_string();
+        let (s, p) = purchase(&app, &id, &t).await;
+        assert_eq!(s, 201, "{p}");
+        pays.push(p["payment_id"].as_str().unwrap().to_string());
+    }
+    // Both outcomes of every payment, all 40 at the same moment.
+    let bodies: Vec<String> = pays
+        .iter()
+        .enumerate()
+        .flat_map(|(i, pay)| {
+            [
+                event(&format!("evt_ok_{i}"), "payment.succeeded", pay, 9_998),
+                event(&format!("evt_ko_{i}"), "payment.failed", pay, 9_998),
+            ]
+        })
+        .collect();
+    let answers =
+        futures::future::join_all(bodies.iter().map(|b| webhook(&app, b, signed(b)))).await;
+    for (s, b) in &answers {
+        assert_eq!(*s, 200, "{b}");
+    }
+    // Every payment has one outcome: succeeded with its reservation paid, or failed.
+    let mismatched = scalar_i64(
+        &app,
+        "SELECT count(*) FROM payments p JOIN reservations r ON r.id = p.reservation_id
+         WHERE (p.status = 'succeeded') <> (r.status = 'paid')",
+    )
+    .await;
+    assert_eq!(mismatched, 0, "payment and reservation agree");
+    wait_all_final(&app, "race", Duration::from_secs(25)).await;
+    assert_no_lost_unit(&app, "race", 40).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_transaction_failing_at_commit_after_the_confirm_loses_no_unit() {
+    let app = TestApp::spawn_with(no_reconciler()).await;
+    let mut spec = sale_spec("boom", 2, 1, 1);
+    spec.hold_seconds = 5;
+    app.create_sale(spec).await;
+    let (id, t) = reserve_one(&app, "boom", "bea").await;
+    let (_, p) = purchase(&app, &id, &t).await;
+    let pay = p["payment_id"].as_str().unwrap().to_string();
+    // A real failure at COMMIT, in this test's own database: a deferred
+    // constraint trigger refuses the payment's move to `succeeded`.
+    for sql in [
+        "CREATE FUNCTION refuse_success() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN RAISE EXCEPTION 'injected failure at commit'; END $$",
+        "CREATE CONSTRAINT TRIGGER refuse_success AFTER UPDATE ON payments
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.status = 'succeeded')
+         EXECUTE FUNCTION refuse_success()",
+    ] {
+        sqlx::query(sql).execute(&app.state.pool).await.unwrap();
+    }
+    let ok = event("evt_boom", "payment.succeeded", &pay, 4_999);
+    let (s, b) = webhook(&app, &ok, signed(&ok)).await;
+    assert!(
+        s >= 500,
+        "the failure is reported, so the provider retries: {s} {b}"
+    );
+    // Nothing of the success remains: Redis holds it again, expiry can take it.
+    let (_, rec, in_exp) = redis_hold(&app, "boom", &id).await.expect("the hold");
+    assert_eq!((rec["s"].as_str(), in_exp), (Some("held"), true), "{rec}");
+    assert_eq!(status_of(&app, &id).await, "pending_payment");
+    assert_eq!(
+        scalar_i64(&app, "SELECT count(*) FROM processed_messages").await,
+        0
+    );
+    wait_all_final(&app, "boom", Duration::from_secs(15)).await;
+    assert_eq!(status_of(&app, &id).await, "expired");
+    assert_no_lost_unit(&app, "boom", 2).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disagree() {
+    let app = TestApp::spawn_with(no_reconciler()).await;
+    app.create_sale(sale_spec("tamper", 3, 1, 1)).await;
+    let (a, ta) = reserve_one(&app, "tamper", "ann").await;
+    let (b, tb) = reserve_one(&app, "tamper", "ben").await;
+    let (_, pa) = purchase(&app, &a, &ta).await;
+    let (_, pb) = purchase(&app, &b, &tb).await;
+    let pb = pb["payment_id"].as_str().unwrap().to_string();
+    let ok = event("evt_b", "payment.succeeded", &pb, 4_999);
+    assert_eq!(webhook(&app, &ok, signed(&ok)).await.1["result"], "paid");
+    assert!(pa["payment_id"].is_string());
+    // a: Redis says paid, Postgres pending (a crash between confirm and commit).
+    // b: Postgres says paid, Redis held (expiry could give a sold unit back).
+    tamper_hold(&app, "tamper", &a, "paid").await;
+    tamper_hold(&app, "tamper", &b, "held").await;
+    let sale = app.state.sales.get("tamper").await.unwrap().unwrap();
+    let engine = &app.state.engine;
+    let pool = &app.state.pool;
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    // Seen (a report changes nothing)...
+    let before = app.redis_snapshot().await;
+    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, false)
+        .await
+        .unwrap();
+    let mut seen = r.state_mismatches.clone();
+    seen.sort();
+    assert_eq!((seen, r.aligned.len()), (want.clone(), 0), "{r:?}");
+    assert_eq!(
+        app.redis_snapshot().await,
+        before,
+        "a report changes nothing"
+    );
+    // ...not touched while an event of the payment holds its row lock...
+    let mut busy = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE")
+        .bind(&a)
+        .execute(&mut *busy)
+        .await
+        .unwrap();
+    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!(r.aligned, vec![b.clone()], "{r:?}");
+    assert_eq!(redis_hold(&app, "tamper", &a).await.unwrap().1["s"], "paid");
+    busy.rollback().await.unwrap();
+    // ...and repaired from Postgres once nothing is in flight.
+    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!(r.aligned, vec![a.clone()], "{r:?}");
+    let (_, rec, in_exp) = redis_hold(&app, "tamper", &a).await.unwrap();
+    assert_eq!(
+        (rec["s"].as_str(), in_exp),
+        (Some("held"), true),
+        "a: {r:?}"
+    );
+    let (_, rec, in_exp) = redis_hold(&app, "tamper", &b).await.unwrap();
+    assert_eq!(
+        (rec["s"].as_str(), in_exp),
+        (Some("paid"), false),
+        "b: {r:?}"
+    );
+    app.stop().await;
+}
