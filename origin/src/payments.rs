@@ -345,9 +345,30 @@ struct RecordedSuccess {
 
 /// The success transaction, under the payment row lock: payment
 /// `succeeded`, reservation `paid` (when Redis confirmed), inventory
-/// held→sold, the outbox event; committed here.
+/// held→sold, the outbox event; committed here, or rolled back explicitly
+/// on any error, so the row locks are gone before the compensation runs.
 async fn record_success(
     mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    pay: &PaymentRow,
+    event: &Event,
+    confirmed: bool,
+) -> Result<RecordedSuccess, sqlx::Error> {
+    match write_success(&mut tx, pay, event, confirmed).await {
+        Ok(done) => {
+            tx.commit().await?;
+            Ok(done)
+        }
+        Err(e) => {
+            if let Err(r) = tx.rollback().await {
+                tracing::warn!(error = %r, "payment: rollback failed (the connection closes, which rolls back)");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn write_success(
+    tx: &mut sqlx::PgConnection,
     pay: &PaymentRow,
     event: &Event,
     confirmed: bool,
@@ -398,7 +419,6 @@ async fn record_success(
         .bind(payload)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
     Ok(RecordedSuccess {
         applied,
         unsold: confirmed && refund,

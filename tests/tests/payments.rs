@@ -842,6 +842,18 @@ async fn success_and_failure_racing_for_every_payment_lose_no_unit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payment_transaction_failing_at_commit_after_the_confirm_loses_no_unit() {
+    payment_transaction_failing_after_the_confirm(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_transaction_failing_before_commit_after_the_confirm_loses_no_unit() {
+    payment_transaction_failing_after_the_confirm(false).await;
+}
+
+/// A real failure after the confirm, in the test's own database: a trigger
+/// refuses the payment's move to `succeeded`, at COMMIT (`at_commit`: a
+/// deferred constraint trigger) or at the UPDATE itself.
+async fn payment_transaction_failing_after_the_confirm(at_commit: bool) {
     let app = TestApp::spawn_with(no_reconciler()).await;
     let mut spec = sale_spec("boom", 2, 1, 1);
     spec.hold_seconds = 5;
@@ -849,14 +861,18 @@ async fn payment_transaction_failing_at_commit_after_the_confirm_loses_no_unit()
     let (id, t) = reserve_one(&app, "boom", "bea").await;
     let (_, p) = purchase(&app, &id, &t).await;
     let pay = p["payment_id"].as_str().unwrap().to_string();
-    // A real failure at COMMIT, in this test's own database: a deferred
-    // constraint trigger refuses the payment's move to `succeeded`.
-    for sql in [
-        "CREATE FUNCTION refuse_success() RETURNS trigger LANGUAGE plpgsql AS
-         $$ BEGIN RAISE EXCEPTION 'injected failure at commit'; END $$",
+    let trigger = if at_commit {
         "CREATE CONSTRAINT TRIGGER refuse_success AFTER UPDATE ON payments
          DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.status = 'succeeded')
-         EXECUTE FUNCTION refuse_success()",
+         EXECUTE FUNCTION refuse_success()"
+    } else {
+        "CREATE TRIGGER refuse_success BEFORE UPDATE ON payments
+         FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION refuse_success()"
+    };
+    for sql in [
+        "CREATE FUNCTION refuse_success() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$",
+        trigger,
     ] {
         sqlx::query(sql).execute(&app.state.pool).await.unwrap();
     }
