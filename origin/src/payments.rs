@@ -579,3 +579,96 @@ fn is_lock_unavailable(e: &sqlx::Error) -> bool {
     // 55P03 lock_not_available: what NOWAIT answers when a row is locked.
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn secrets(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn hex_of(secret: &str, body: &[u8]) -> String {
+        sign_webhook(secret, NOW, body)
+            .rsplit_once("v1=")
+            .unwrap()
+            .1
+            .to_string()
+    }
+
+    #[test]
+    fn any_secret_and_any_candidate_within_the_limit_verifies() {
+        let body = b"{}";
+        let good = hex_of("new", body);
+        let other = hex_of("old", body);
+        let header = format!("t={NOW},v1={other},v1={good}");
+        assert_eq!(
+            verify_webhook(&secrets(&["new"]), Some(&header), body, NOW),
+            Ok(())
+        );
+        assert_eq!(
+            verify_webhook(&secrets(&["x", "old"]), Some(&header), body, NOW),
+            Ok(())
+        );
+        let mut header = format!("t={NOW}");
+        for _ in 1..MAX_SIGNATURES {
+            header.push_str(&format!(",v1={}", "0".repeat(64)));
+        }
+        header.push_str(&format!(",v1={good}"));
+        assert_eq!(
+            verify_webhook(&secrets(&["new"]), Some(&header), body, NOW),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn more_candidates_than_the_limit_or_a_wrong_length_is_malformed() {
+        let body = b"{}";
+        let good = hex_of("s", body);
+        let mut too_many = format!("t={NOW}");
+        for _ in 0..MAX_SIGNATURES {
+            too_many.push_str(&format!(",v1={}", "0".repeat(64)));
+        }
+        too_many.push_str(&format!(",v1={good}"));
+        for header in [
+            too_many,
+            format!("t={NOW},v1={}", &good[..63]),
+            format!("t={NOW},v1={good}0"),
+            format!("t={NOW},v1={}g", &good[..63]),
+            format!("t={NOW},v1=é{}", &good[..62]),
+            format!("t={NOW}"),
+            format!("v1={good}"),
+        ] {
+            assert_eq!(
+                verify_webhook(&secrets(&["s"]), Some(&header), body, NOW),
+                Err(SignatureError::Malformed),
+                "{header}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_secret_body_or_time_is_refused_with_its_reason() {
+        let body = b"{}";
+        let header = sign_webhook("s", NOW, body);
+        let s = secrets(&["s"]);
+        assert_eq!(
+            verify_webhook(&secrets(&["t"]), Some(&header), body, NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_webhook(&s, Some(&header), b"{ }", NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_webhook(&s, Some(&header), body, NOW + WEBHOOK_TOLERANCE_SECS + 1),
+            Err(SignatureError::Stale)
+        );
+        assert_eq!(
+            verify_webhook(&s, None, body, NOW),
+            Err(SignatureError::Missing)
+        );
+    }
+}
