@@ -6,8 +6,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
@@ -205,17 +205,30 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
 
 pub async fn webhook(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let body = body.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            ApiError::BodyTooLarge {
-                limit: WEBHOOK_BODY_LIMIT,
+    let too_large = ApiError::BodyTooLarge {
+        limit: WEBHOOK_BODY_LIMIT,
+    };
+    // A declared length over the limit is refused before a byte of the body
+    // is read; an undeclared (chunked) one stops at the limit.
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > WEBHOOK_BODY_LIMIT as u64) {
+        return Err(too_large);
+    }
+    let headers = request.headers().clone();
+    let body = Bytes::from_request(request, &())
+        .await
+        .map_err(|e| match e {
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                too_large
             }
-        }
-        other => ApiError::bad_request("malformed_body", other.body_text()),
-    })?;
+            other => ApiError::bad_request("malformed_body", other.body_text()),
+        })?;
     let secrets = secrets(&app);
     if secrets.is_empty() {
         return Err(ApiError::unavailable(
