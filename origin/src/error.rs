@@ -32,6 +32,8 @@ pub enum ApiError {
     SoldOut,
     #[error("{message}")]
     Gone { code: &'static str, message: String },
+    #[error("the request body is over {limit} bytes")]
+    BodyTooLarge { limit: usize },
     #[error("too many requests; retry shortly")]
     Shed,
     #[error("{message}")]
@@ -56,6 +58,7 @@ impl ApiError {
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::SoldOut | ApiError::Gone { .. } => StatusCode::GONE,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Shed => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -75,6 +78,7 @@ impl ApiError {
             | ApiError::Gone { code, .. }
             | ApiError::Unavailable { code, .. } => code,
             ApiError::SoldOut => "sold_out",
+            ApiError::BodyTooLarge { .. } => "body_too_large",
             ApiError::Shed => "overloaded",
             ApiError::Internal(_) => "internal",
         }

@@ -3,28 +3,52 @@
 //! - `purchase` opens one payment per reservation: the reservation row is
 //!   locked (`FOR UPDATE`), so two concurrent purchases produce one payment
 //!   (the second gets the first's), and a partial unique index keeps at most
-//!   one open (pending/succeeded) payment per reservation anyway.
-//! - The provider's webhook is verified (HMAC-SHA256 over `"<t>.<body>"`,
-//!   constant time, 5-minute tolerance, any of several `v1` signatures and
-//!   any of our secrets, for rotation), deduplicated by the provider's event
-//!   id (`processed_messages`), and applied in one transaction.
-//! - Success: first the Redis hold is confirmed (confirm.lua), so expiry can
-//!   no longer return the unit; then, in one transaction, payment
-//!   `succeeded`, reservation `paid` (`WHERE status = 'pending_payment'`),
-//!   inventory held→sold, outbox `order.paid`. If Redis says the hold is gone
-//!   or expired, the unit is already back on sale: the payment is recorded
-//!   with `refund_required` and the outbox says `payment.refund_required` —
-//!   never a second sale of the unit.
-//! - Failure: payment `failed`; the reservation stays payable until expiry,
-//!   whose release is the saga's compensation (unit back in Redis and Postgres).
+//!   one open (pending/succeeded) payment per reservation anyway. An
+//!   `Idempotency-Key` is one purchase of one reservation: reused for
+//!   another reservation it gets `422 idempotency_key_reused`.
+//! - The provider's webhook is bounded before it is authenticated (64 KiB
+//!   body, at most [`MAX_SIGNATURES`] `v1` candidates of exactly 64 hex), then
+//!   verified (HMAC-SHA256 over `"<t>.<body>"`, one MAC per secret compared
+//!   in constant time with each candidate, 5-minute tolerance, several
+//!   secrets for rotation), deduplicated by the provider's event id
+//!   (`processed_messages`), and applied in one transaction.
+//!
+//! The saga order of an event (`apply_event`), each step inside one
+//! Postgres transaction:
+//!
+//! 1. record the event id (a concurrent or repeated delivery stops here);
+//! 2. lock the payment row (`FOR UPDATE`) and check it is `pending`: every
+//!    event of one payment takes its turn here, so a `failed` and a
+//!    `succeeded` racing cannot both act, and the loser changes nothing;
+//! 3. failure: payment `failed`, commit. The reservation stays payable until
+//!    expiry, whose release is the compensation (unit back in Redis and
+//!    Postgres);
+//! 4. success: confirm the hold in Redis (confirm.lua) *while holding the
+//!    lock*, so expiry can no longer return the unit; then payment
+//!    `succeeded`, reservation `paid` (`WHERE status = 'pending_payment'`),
+//!    inventory held→sold, outbox `order.paid`; commit. If Redis says the
+//!    hold is gone or expired, the unit is already back on sale: the payment
+//!    is recorded with `refund_required` and the outbox says
+//!    `payment.refund_required` — never a second sale of the unit;
+//! 5. compensation: if the transaction fails after the confirm (or commits
+//!    without selling the unit), [`align_hold`] puts the hold back to `held`
+//!    and into the expiry index (unconfirm.lua), under the reservation's and
+//!    payments' row locks and only if Postgres says it is not paid — so an
+//!    expired one is swept and its unit comes back.
+//!
+//! Invariant: Redis `paid` ⇔ Postgres `paid`, except while step 4 holds the
+//! payment lock. A crash between confirm and commit (or a commit whose
+//! outcome was lost) breaks it; the reconciler finds such holds and, when
+//! no event holds the locks, re-aligns them with [`align_hold`].
 
+use hmac::digest::{CtOutput, Output};
 use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use serde_json::json;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::reservations::{Engine, ReservationId, now_ms};
+use crate::reservations::{Engine, ReservationId};
 use crate::sales::Sale;
 
 /// Webhook timestamps older or newer than this are refused.
@@ -70,7 +94,18 @@ pub fn sign_webhook(secret: &str, t: u64, body: &[u8]) -> String {
     )
 }
 
+/// At most this many `v1` candidates in one header: a provider sends one
+/// per secret it signs with (two while it rotates); more is refused before
+/// any MAC is computed, so a header cannot buy unbounded work.
+pub const MAX_SIGNATURES: usize = 5;
+
 /// Verifies a `Payment-Signature` header against any of `secrets`.
+///
+/// The header is parsed fully (and cheaply) before any MAC: at most
+/// [`MAX_SIGNATURES`] candidates, each exactly 64 hex digits (an HMAC-SHA256),
+/// else `Malformed`. Then one MAC per secret over the body, compared in
+/// constant time with every candidate: the work is bounded by
+/// `secrets × body`, whatever the header says.
 pub fn verify_webhook(
     secrets: &[String],
     header: Option<&str>,
@@ -79,7 +114,7 @@ pub fn verify_webhook(
 ) -> Result<(), SignatureError> {
     let header = header.ok_or(SignatureError::Missing)?;
     let mut t = None;
-    let mut sigs = Vec::new();
+    let mut sigs: Vec<[u8; 32]> = Vec::new();
     for part in header.split(',') {
         let (k, v) = part
             .trim()
@@ -87,7 +122,14 @@ pub fn verify_webhook(
             .ok_or(SignatureError::Malformed)?;
         match k {
             "t" => t = Some(v.parse::<u64>().map_err(|_| SignatureError::Malformed)?),
-            "v1" => sigs.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?),
+            "v1" => {
+                if sigs.len() == MAX_SIGNATURES || v.len() != 64 {
+                    return Err(SignatureError::Malformed);
+                }
+                let mut sig = [0u8; 32];
+                hex::decode_to_slice(v, &mut sig).map_err(|_| SignatureError::Malformed)?;
+                sigs.push(sig);
+            }
             _ => {} // other schemes are ignored, as providers add them
         }
     }
@@ -98,10 +140,15 @@ pub fn verify_webhook(
     if now.abs_diff(t) > WEBHOOK_TOLERANCE_SECS {
         return Err(SignatureError::Stale);
     }
-    let ok = secrets.iter().any(|s| {
-        sigs.iter()
-            .any(|sig| mac(s, t, body).verify_slice(sig).is_ok())
-    });
+    // Every secret and every candidate is compared (no early exit), so the
+    // time taken says nothing about which comparison matched.
+    let mut ok = false;
+    for s in secrets {
+        let tag = mac(s, t, body).finalize();
+        for sig in &sigs {
+            ok |= tag == CtOutput::new(Output::<Hmac<Sha256>>::from(*sig));
+        }
+    }
     if ok {
         Ok(())
     } else {
@@ -198,10 +245,9 @@ struct PaymentRow {
     sale_id: String,
     account: String,
     amount_cents: i64,
-    status: String,
 }
 
-/// Applies a verified provider event; see the module doc.
+/// Applies a verified provider event; see the module doc for the saga order.
 pub async fn apply_event(
     pool: &PgPool,
     engine: &Engine,
@@ -213,10 +259,8 @@ pub async fn apply_event(
         "payment.failed" => false,
         other => return Err(ApplyError::UnknownType(other.to_string())),
     };
-    // Look first, outside the transaction: confirming in Redis must happen
-    // before the Postgres transaction that records the sale.
     let pay: PaymentRow = sqlx::query_as(
-        "SELECT reservation_id, sale_id, account, amount_cents, status FROM payments WHERE id = $1",
+        "SELECT reservation_id, sale_id, account, amount_cents FROM payments WHERE id = $1",
     )
     .bind(&event.data.payment_id)
     .fetch_optional(pool)
@@ -228,43 +272,6 @@ pub async fn apply_event(
             want: pay.amount_cents,
         });
     }
-    let seen: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM processed_messages WHERE consumer = 'payment-webhook' AND message_id = $1)",
-    )
-    .bind(&event.id)
-    .fetch_one(pool)
-    .await?;
-    if seen {
-        return Ok(Applied::Duplicate);
-    }
-    let confirmed = if success && pay.status == "pending" {
-        let rid = ReservationId::parse(&pay.reservation_id);
-        let sale = sale_of(&pay.sale_id).await;
-        match (rid, sale) {
-            (Some(rid), Some(sale)) => match engine
-                .find_hold(&sale, &pay.reservation_id, rid.home)
-                .await?
-            {
-                Some((shard, _)) => {
-                    let mut conn = engine.conn.clone();
-                    let r: i64 = engine
-                        .scripts
-                        .confirm
-                        .key(sale.shards[shard].all().as_slice())
-                        .arg(&pay.reservation_id)
-                        .arg(now_ms())
-                        .invoke_async(&mut conn)
-                        .await?;
-                    r == 1
-                }
-                None => false,
-            },
-            _ => false,
-        }
-    } else {
-        false
-    };
-
     let mut tx = pool.begin().await?;
     let first = sqlx::query(
         "INSERT INTO processed_messages (consumer, message_id) VALUES ('payment-webhook', $1)
@@ -276,9 +283,12 @@ pub async fn apply_event(
     .rows_affected()
         == 1;
     if !first {
-        // A concurrent delivery of the same event won the insert.
+        // Seen before (or a concurrent delivery of it won the insert).
         return Ok(Applied::Duplicate);
     }
+    // The payment row lock is what orders this event against every other
+    // event of the payment (and against the reconciler's repairs): from here
+    // to the commit, nobody else decides this payment.
     let current: String =
         sqlx::query_scalar("SELECT status FROM payments WHERE id = $1 FOR UPDATE")
             .bind(&event.data.payment_id)
@@ -294,60 +304,371 @@ pub async fn apply_event(
             .bind(&event.id)
             .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Applied::Failed
     } else {
-        let paid: Option<i32> = if confirmed {
-            sqlx::query_scalar(
-                "UPDATE reservations SET status = 'paid' WHERE id = $1 AND status = 'pending_payment' RETURNING qty",
-            )
-            .bind(&pay.reservation_id)
-            .fetch_optional(&mut *tx)
-            .await?
-        } else {
-            None
+        let sale = sale_of(&pay.sale_id).await;
+        // Confirmed in Redis while the lock is held: only this transaction
+        // can now record (or fail to record) the sale.
+        let confirmed = match &sale {
+            Some(sale) => confirm_hold(engine, sale, &pay.reservation_id, false).await?,
+            None => false,
         };
-        let refund = paid.is_none();
-        sqlx::query(
-            "UPDATE payments SET status = 'succeeded', refund_required = $3, provider_event_id = $2, updated_at = now()
-             WHERE id = $1 AND status = 'pending'",
+        match record_success(tx, &pay, event, confirmed).await {
+            Ok(RecordedSuccess { applied, unsold }) => {
+                if unsold && let Some(sale) = &sale {
+                    // Confirmed but Postgres did not sell it (the reservation
+                    // was no longer pending_payment): the unit must not stay
+                    // `paid` in Redis.
+                    compensate(pool, engine, sale, &pay.reservation_id).await;
+                }
+                applied
+            }
+            Err(e) => {
+                if confirmed && let Some(sale) = &sale {
+                    compensate(pool, engine, sale, &pay.reservation_id).await;
+                }
+                return Err(e.into());
+            }
+        }
+    };
+    metrics::counter!("flashsale_payment_events_total", "outcome" => format!("{applied:?}"))
+        .increment(1);
+    Ok(applied)
+}
+
+struct RecordedSuccess {
+    applied: Applied,
+    /// Redis confirmed the hold but Postgres did not mark it paid.
+    unsold: bool,
+}
+
+/// The success transaction, under the payment row lock: payment
+/// `succeeded`, reservation `paid` (when Redis confirmed), inventory
+/// held→sold, the outbox event; committed here, or rolled back explicitly
+/// on any error, so the row locks are gone before the compensation runs.
+async fn record_success(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    pay: &PaymentRow,
+    event: &Event,
+    confirmed: bool,
+) -> Result<RecordedSuccess, sqlx::Error> {
+    match write_success(&mut tx, pay, event, confirmed).await {
+        Ok(done) => {
+            tx.commit().await?;
+            Ok(done)
+        }
+        Err(e) => {
+            if let Err(r) = tx.rollback().await {
+                tracing::warn!(error = %r, "payment: rollback failed (the connection closes, which rolls back)");
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn write_success(
+    tx: &mut sqlx::PgConnection,
+    pay: &PaymentRow,
+    event: &Event,
+    confirmed: bool,
+) -> Result<RecordedSuccess, sqlx::Error> {
+    let paid: Option<i32> = if confirmed {
+        sqlx::query_scalar(
+            "UPDATE reservations SET status = 'paid' WHERE id = $1 AND status = 'pending_payment' RETURNING qty",
         )
-        .bind(&event.data.payment_id)
-        .bind(&event.id)
-        .bind(refund)
-        .execute(&mut *tx)
-        .await?;
-        if let Some(qty) = paid {
-            sqlx::query(
-                "UPDATE inventory SET held = held - $2, sold = sold + $2 WHERE sale_id = $1",
-            )
+        .bind(&pay.reservation_id)
+        .fetch_optional(&mut *tx)
+        .await?
+    } else {
+        None
+    };
+    let refund = paid.is_none();
+    sqlx::query(
+        "UPDATE payments SET status = 'succeeded', refund_required = $3, provider_event_id = $2, updated_at = now()
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(&event.data.payment_id)
+    .bind(&event.id)
+    .bind(refund)
+    .execute(&mut *tx)
+    .await?;
+    if let Some(qty) = paid {
+        sqlx::query("UPDATE inventory SET held = held - $2, sold = sold + $2 WHERE sale_id = $1")
             .bind(&pay.sale_id)
             .bind(qty)
             .execute(&mut *tx)
             .await?;
-        }
-        let (kind, applied) = if refund {
-            ("payment.refund_required", Applied::RefundRequired)
-        } else {
-            ("order.paid", Applied::Paid)
-        };
-        let payload = json!({
-            "reservation_id": pay.reservation_id,
-            "payment_id": event.data.payment_id,
-            "sale": pay.sale_id,
-            "account": pay.account,
-            "amount_cents": pay.amount_cents,
-            "qty": paid,
-        });
-        sqlx::query("INSERT INTO outbox (event_id, type, payload) VALUES ($1, $2, $3)")
-            .bind(format!("evt_{}", uuid::Uuid::now_v7().simple()))
-            .bind(kind)
-            .bind(payload)
-            .execute(&mut *tx)
-            .await?;
-        applied
+    }
+    let (kind, applied) = if refund {
+        ("payment.refund_required", Applied::RefundRequired)
+    } else {
+        ("order.paid", Applied::Paid)
     };
+    let payload = json!({
+        "reservation_id": pay.reservation_id,
+        "payment_id": event.data.payment_id,
+        "sale": pay.sale_id,
+        "account": pay.account,
+        "amount_cents": pay.amount_cents,
+        "qty": paid,
+    });
+    sqlx::query("INSERT INTO outbox (event_id, type, payload) VALUES ($1, $2, $3)")
+        .bind(format!("evt_{}", uuid::Uuid::now_v7().simple()))
+        .bind(kind)
+        .bind(payload)
+        .execute(&mut *tx)
+        .await?;
+    Ok(RecordedSuccess {
+        applied,
+        unsold: confirmed && refund,
+    })
+}
+
+/// confirm.lua on the hold's shard; `false` when the hold is gone, expired
+/// (unless `force`) or unknown.
+async fn confirm_hold(
+    engine: &Engine,
+    sale: &Sale,
+    reservation_id: &str,
+    force: bool,
+) -> Result<bool, redis::RedisError> {
+    let Some(rid) = ReservationId::parse(reservation_id) else {
+        return Ok(false);
+    };
+    let Some((shard, _)) = engine.find_hold(sale, reservation_id, rid.home).await? else {
+        return Ok(false);
+    };
+    let mut conn = engine.conn.clone();
+    let r: i64 = engine
+        .scripts
+        .confirm
+        .key(sale.shards[shard].all().as_slice())
+        .arg(reservation_id)
+        .arg(if force { "1" } else { "0" })
+        .invoke_async(&mut conn)
+        .await?;
+    Ok(r == 1)
+}
+
+/// The compensation of a confirm whose transaction did not record the sale:
+/// re-aligns the hold with Postgres (normally: unconfirm). Tried a few times
+/// while an event of the same payment holds the lock; what it cannot do is
+/// left to the reconciler, which finds the disagreement.
+async fn compensate(pool: &PgPool, engine: &Engine, sale: &Sale, reservation_id: &str) {
+    for _ in 0..20 {
+        match align_hold(pool, engine, sale, reservation_id, true).await {
+            Ok(Alignment::Busy) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Ok(a) => {
+                tracing::warn!(reservation = reservation_id, outcome = ?a, "payment: confirm compensated");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(reservation = reservation_id, error = %e, "payment: cannot compensate the confirm; the reconciler will");
+                return;
+            }
+        }
+    }
+    tracing::error!(
+        reservation = reservation_id,
+        "payment: compensation kept finding the payment locked; the reconciler will"
+    );
+}
+
+/// What [`align_hold`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Alignment {
+    /// Redis and Postgres agree (or there is no hold in Redis to align).
+    Agreed,
+    /// Redis said `paid`, Postgres did not: the hold is `held` again (or
+    /// would be, without `apply`).
+    Unconfirmed,
+    /// Postgres said `paid`, Redis `held`: the hold is `paid` again (or
+    /// would be, without `apply`).
+    Confirmed,
+    /// The reservation or one of its payments is locked (an event is being
+    /// applied): nothing was read or changed; try again later.
+    Busy,
+}
+
+/// Why [`align_hold`] could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AlignError {
+    #[error("postgres: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+/// Makes a hold's `paid` state in Redis agree with Postgres (the truth):
+/// Redis `paid` is right exactly when the reservation is `paid` in Postgres.
+/// With `apply` false it only says what it would do (a locked, consistent
+/// look, for reports).
+///
+/// Runs with the reservation row and then all its payment rows locked
+/// (`NOWAIT`: [`Alignment::Busy`] when anything is locked), the same locks a
+/// purchase (reservation) and an event (payment) take before they change
+/// anything, so no confirm, purchase or success can interleave with the
+/// decision; the Redis state is read only after the locks are held.
+pub async fn align_hold(
+    pool: &PgPool,
+    engine: &Engine,
+    sale: &Sale,
+    reservation_id: &str,
+    apply: bool,
+) -> Result<Alignment, AlignError> {
+    let mut tx = pool.begin().await?;
+    let status: Option<String> =
+        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(reservation_id)
+            .fetch_optional(&mut *tx)
+            .await
+        {
+            Err(e) if is_lock_unavailable(&e) => return Ok(Alignment::Busy),
+            other => other?,
+        };
+    if let Err(e) =
+        sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
+            .bind(reservation_id)
+            .execute(&mut *tx)
+            .await
+    {
+        return if is_lock_unavailable(&e) {
+            Ok(Alignment::Busy)
+        } else {
+            Err(e.into())
+        };
+    }
+    let Some(status) = status else {
+        return Ok(Alignment::Agreed);
+    };
+    let Some(rid) = ReservationId::parse(reservation_id) else {
+        return Ok(Alignment::Agreed);
+    };
+    let Some((shard, hold)) = engine.find_hold(sale, reservation_id, rid.home).await? else {
+        return Ok(Alignment::Agreed);
+    };
+    let pg_paid = status == "paid";
+    let outcome = match (hold.status == "paid", pg_paid) {
+        (true, false) if !apply => Alignment::Unconfirmed,
+        (false, true) if !apply => Alignment::Confirmed,
+        (true, false) => {
+            let mut conn = engine.conn.clone();
+            let _: i64 = engine
+                .scripts
+                .unconfirm
+                .key(sale.shards[shard].all().as_slice())
+                .arg(reservation_id)
+                .invoke_async(&mut conn)
+                .await?;
+            Alignment::Unconfirmed
+        }
+        (false, true) => {
+            confirm_hold(engine, sale, reservation_id, true).await?;
+            Alignment::Confirmed
+        }
+        _ => Alignment::Agreed,
+    };
+    // Released only now: the Redis change happened under the locks.
     tx.commit().await?;
-    metrics::counter!("flashsale_payment_events_total", "outcome" => format!("{applied:?}"))
-        .increment(1);
-    Ok(applied)
+    Ok(outcome)
+}
+
+fn is_lock_unavailable(e: &sqlx::Error) -> bool {
+    // 55P03 lock_not_available: what NOWAIT answers when a row is locked.
+    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn secrets(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn hex_of(secret: &str, body: &[u8]) -> String {
+        sign_webhook(secret, NOW, body)
+            .rsplit_once("v1=")
+            .unwrap()
+            .1
+            .to_string()
+    }
+
+    #[test]
+    fn any_secret_and_any_candidate_within_the_limit_verifies() {
+        let body = b"{}";
+        let good = hex_of("new", body);
+        let other = hex_of("old", body);
+        let header = format!("t={NOW},v1={other},v1={good}");
+        assert_eq!(
+            verify_webhook(&secrets(&["new"]), Some(&header), body, NOW),
+            Ok(())
+        );
+        assert_eq!(
+            verify_webhook(&secrets(&["x", "old"]), Some(&header), body, NOW),
+            Ok(())
+        );
+        let mut header = format!("t={NOW}");
+        for _ in 1..MAX_SIGNATURES {
+            header.push_str(&format!(",v1={}", "0".repeat(64)));
+        }
+        header.push_str(&format!(",v1={good}"));
+        assert_eq!(
+            verify_webhook(&secrets(&["new"]), Some(&header), body, NOW),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn more_candidates_than_the_limit_or_a_wrong_length_is_malformed() {
+        let body = b"{}";
+        let good = hex_of("s", body);
+        let mut too_many = format!("t={NOW}");
+        for _ in 0..MAX_SIGNATURES {
+            too_many.push_str(&format!(",v1={}", "0".repeat(64)));
+        }
+        too_many.push_str(&format!(",v1={good}"));
+        for header in [
+            too_many,
+            format!("t={NOW},v1={}", &good[..63]),
+            format!("t={NOW},v1={good}0"),
+            format!("t={NOW},v1={}g", &good[..63]),
+            format!("t={NOW},v1=é{}", &good[..62]),
+            format!("t={NOW}"),
+            format!("v1={good}"),
+        ] {
+            assert_eq!(
+                verify_webhook(&secrets(&["s"]), Some(&header), body, NOW),
+                Err(SignatureError::Malformed),
+                "{header}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_secret_body_or_time_is_refused_with_its_reason() {
+        let body = b"{}";
+        let header = sign_webhook("s", NOW, body);
+        let s = secrets(&["s"]);
+        assert_eq!(
+            verify_webhook(&secrets(&["t"]), Some(&header), body, NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_webhook(&s, Some(&header), b"{ }", NOW),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify_webhook(&s, Some(&header), body, NOW + WEBHOOK_TOLERANCE_SECS + 1),
+            Err(SignatureError::Stale)
+        );
+        assert_eq!(
+            verify_webhook(&s, None, body, NOW),
+            Err(SignatureError::Missing)
+        );
+    }
 }

@@ -11,6 +11,12 @@
 //! (Redis holds ≠ Postgres live reservations), it reports and leaves the
 //! shard alone: that needs an operator, not arithmetic.
 //!
+//! Each hold's `paid` state in Redis is also compared with its reservation
+//! in Postgres (a crash between the payment saga's confirm and its commit
+//! leaves Redis `paid` over an unpaid reservation: a unit no expiry would
+//! return). The disagreement is reported and, when repairing, re-aligned
+//! with Postgres under the rows' locks (`payments::align_hold`).
+//!
 //! A shard whose keys are gone (Redis restarted without persistence) is
 //! rebuilt from Postgres (rebuild.lua: stock, holds with expiries, per-user
 //! counts and spill quota of accounts whose home it is). Holds granted but
@@ -26,6 +32,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::payments::{self, Alignment};
 use crate::reservations::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
 use crate::sales::{Sale, SaleRegistry, shard_units};
 use crate::settlement;
@@ -46,6 +53,11 @@ pub struct Report {
     /// Settlement entries parked in the sale's dead-letter streams (each
     /// needs an operator: docs/operations.md, "Dead letters").
     pub dead_letters: i64,
+    /// Holds whose `paid` state in Redis disagrees with Postgres (Redis
+    /// `paid`, reservation not paid; or the reverse), by reservation id.
+    pub state_mismatches: Vec<String>,
+    /// Those of them re-aligned with Postgres this round (when `repair`).
+    pub aligned: Vec<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -71,6 +83,15 @@ pub enum ReconcileError {
     Redis(#[from] redis::RedisError),
     #[error("postgres: {0}")]
     Db(#[from] sqlx::Error),
+}
+
+impl From<payments::AlignError> for ReconcileError {
+    fn from(e: payments::AlignError) -> Self {
+        match e {
+            payments::AlignError::Db(d) => ReconcileError::Db(d),
+            payments::AlignError::Redis(r) => ReconcileError::Redis(r),
+        }
+    }
 }
 
 /// Compares one sale and, when `repair`, repairs it.
@@ -105,6 +126,7 @@ pub async fn reconcile_sale(
         }
         return Ok(report);
     }
+    check_hold_states(engine, pool, sale, repair, &mut report).await?;
     report.lag = settlement::lag(engine, sale).await?;
     metrics::gauge!("flashsale_settlement_lag", "sale" => cfg.id.clone()).set(report.lag as f64);
     if report.lag > 0 {
@@ -179,6 +201,64 @@ impl RebuildRow {
     fn live(&self) -> bool {
         matches!(self.status.as_str(), "settled" | "pending_payment" | "paid")
     }
+}
+
+/// Finds holds whose Redis `paid` state disagrees with their reservation's
+/// Postgres status and, when `repair`, re-aligns them with Postgres
+/// ([`payments::align_hold`]). Independent of settlement lag: a payment only
+/// exists for a reservation Postgres already has.
+///
+/// No grace period is needed: a disagreement is re-checked and repaired
+/// under the reservation's and its payments' row locks, and the payment saga
+/// only confirms in Redis while it holds the payment row lock, so an event
+/// in flight makes the repair skip (`Busy`) instead of undoing its confirm.
+async fn check_hold_states(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    repair: bool,
+    report: &mut Report,
+) -> Result<(), ReconcileError> {
+    let cfg = &sale.config;
+    let mut conn = engine.conn.clone();
+    let mut ids = Vec::new();
+    let mut redis_paid = Vec::new();
+    for k in &sale.shards {
+        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await?;
+        for (id, raw) in holds {
+            let paid = serde_json::from_str::<serde_json::Value>(&raw)
+                .is_ok_and(|h| h["s"].as_str() == Some("paid"));
+            redis_paid.push(paid);
+            ids.push(id);
+        }
+    }
+    let pg_paid: HashSet<String> =
+        sqlx::query_scalar("SELECT id FROM reservations WHERE id = ANY($1) AND status = 'paid'")
+            .bind(&ids)
+            .fetch_all(pool)
+            .await?
+            .into_iter()
+            .collect();
+    for (id, redis_paid) in ids.iter().zip(redis_paid) {
+        if redis_paid == pg_paid.contains(id) {
+            continue;
+        }
+        // Re-read under the locks: it may agree after all (an event just
+        // committed), or an event may be being applied right now (Busy).
+        match payments::align_hold(pool, engine, sale, id, repair).await? {
+            Alignment::Agreed | Alignment::Busy => {}
+            a => {
+                tracing::warn!(sale = %cfg.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");
+                report.state_mismatches.push(id.clone());
+                if repair {
+                    report.aligned.push(id.clone());
+                }
+            }
+        }
+    }
+    metrics::gauge!("flashsale_hold_state_mismatches", "sale" => cfg.id.clone())
+        .set(report.state_mismatches.len() as f64);
+    Ok(())
 }
 
 /// Rebuilds every shard of `sale` whose keys are gone; returns them.

@@ -179,6 +179,7 @@ pub struct Scripts {
     pub reconcile: Script,
     pub rebuild: Script,
     pub confirm: Script,
+    pub unconfirm: Script,
 }
 
 const LIB: &str = include_str!("../../lua/_lib.lua");
@@ -199,6 +200,7 @@ impl Scripts {
             reconcile: Script::new(include_str!("../../lua/reconcile.lua")),
             rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
             confirm: with_lib(include_str!("../../lua/confirm.lua")),
+            unconfirm: Script::new(include_str!("../../lua/unconfirm.lua")),
         }
     }
 }

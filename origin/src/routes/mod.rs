@@ -8,6 +8,7 @@ mod sales;
 pub use sales::SUMMARY_TTL;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::startup::AppState;
@@ -29,7 +30,12 @@ pub fn router(state: AppState) -> Router {
             get(reservations::show).delete(reservations::cancel),
         )
         .route("/api/reservations/{id}/purchase", post(payments::purchase))
-        .route("/webhooks/payments", post(payments::webhook))
+        .route(
+            "/webhooks/payments",
+            // Payment events are tiny: the limit refuses a large body before
+            // a byte of it is read or hashed (payments::WEBHOOK_BODY_LIMIT).
+            post(payments::webhook).layer(DefaultBodyLimit::max(payments::WEBHOOK_BODY_LIMIT)),
+        )
         .route(
             "/api/dev/payments/{id}/complete",
             post(payments::dev_complete),

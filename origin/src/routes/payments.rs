@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
@@ -71,24 +72,18 @@ pub async fn purchase(
     })?;
     let provider = payments::DevProvider;
     let mut tx = app.pool.begin().await?;
-    if let Some(k) = &key {
-        let existing: Option<Payment> = sqlx::query_as(
-            "SELECT id, amount_cents, status FROM payments WHERE account = $1 AND idempotency_key = $2",
-        )
-        .bind(&row.account)
-        .bind(k)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(p) = existing {
-            return Ok((StatusCode::OK, Json(payment_body(&p, &provider))).into_response());
-        }
-    }
-    // The row lock makes concurrent purchases of one reservation take turns.
+    // The row lock makes concurrent purchases of one reservation take turns,
+    // so a key's first use on this reservation is decided once.
     let (status, expires_at, qty): (String, DateTime<Utc>, i32) =
         sqlx::query_as("SELECT status, expires_at, qty FROM reservations WHERE id = $1 FOR UPDATE")
             .bind(&id)
             .fetch_one(&mut *tx)
             .await?;
+    if let Some(k) = &key
+        && let Some(answer) = key_replay(&mut tx, &row.account, k, &id, &provider).await?
+    {
+        return Ok(answer);
+    }
     if !matches!(status.as_str(), "settled" | "pending_payment" | "paid") {
         return Err(ApiError::conflict(
             "reservation_not_payable",
@@ -116,7 +111,7 @@ pub async fn purchase(
         amount_cents: i64::from(qty) * f.sale.config.price_cents,
         status: "pending".into(),
     };
-    sqlx::query(
+    let inserted = sqlx::query(
         "INSERT INTO payments (id, reservation_id, sale_id, account, amount_cents, status, idempotency_key)
          VALUES ($1, $2, $3, $4, $5, 'pending', $6)",
     )
@@ -127,13 +122,73 @@ pub async fn purchase(
     .bind(payment.amount_cents)
     .bind(&key)
     .execute(&mut *tx)
-    .await?;
+    .await;
+    match (inserted, &key) {
+        (Err(e), Some(k)) if is_unique_violation(&e, "payments_idempotency") => {
+            // A concurrent purchase of another reservation used this key
+            // first (the unique index made this insert wait for its commit):
+            // its record is the answer.
+            tx.rollback().await?;
+            let mut conn = app.pool.acquire().await?;
+            return match key_replay(&mut conn, &row.account, k, &id, &provider).await? {
+                Some(answer) => Ok(answer),
+                None => Err(e.into()),
+            };
+        }
+        (inserted, _) => {
+            inserted?;
+        }
+    }
     sqlx::query("UPDATE reservations SET status = 'pending_payment' WHERE id = $1 AND status IN ('settled', 'pending_payment')")
         .bind(&id)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(payment_body(&payment, &provider))).into_response())
+}
+
+/// The answer to a purchase whose Idempotency-Key was used before: the same
+/// reservation gets its first payment back (200); another reservation gets
+/// `422 idempotency_key_reused` (one key is one request). `None`: first use.
+async fn key_replay(
+    tx: &mut sqlx::PgConnection,
+    account: &str,
+    key: &str,
+    reservation: &str,
+    provider: &dyn PaymentProvider,
+) -> Result<Option<Response>, ApiError> {
+    let existing: Option<(String, Payment)> = sqlx::query_as::<_, (String, String, i64, String)>(
+        "SELECT reservation_id, id, amount_cents, status FROM payments
+         WHERE account = $1 AND idempotency_key = $2",
+    )
+    .bind(account)
+    .bind(key)
+    .fetch_optional(&mut *tx)
+    .await?
+    .map(|(r, id, amount_cents, status)| {
+        (
+            r,
+            Payment {
+                id,
+                amount_cents,
+                status,
+            },
+        )
+    });
+    match existing {
+        None => Ok(None),
+        Some((r, p)) if r == reservation => Ok(Some(
+            (StatusCode::OK, Json(payment_body(&p, provider))).into_response(),
+        )),
+        Some(_) => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            "this Idempotency-Key was used for another reservation",
+        )),
+    }
+}
+
+fn is_unique_violation(e: &sqlx::Error, constraint: &str) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation() && d.constraint() == Some(constraint))
 }
 
 fn secrets(app: &AppState) -> Vec<String> {
@@ -144,11 +199,36 @@ fn secrets(app: &AppState) -> Vec<String> {
         .collect()
 }
 
+/// The largest webhook body read (64 KiB): a provider event is a few hundred
+/// bytes, and every byte accepted is hashed once per secret.
+pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
+
 pub async fn webhook(
     State(app): State<AppState>,
-    headers: HeaderMap,
-    body: Bytes,
+    request: Request,
 ) -> Result<Json<Value>, ApiError> {
+    let too_large = ApiError::BodyTooLarge {
+        limit: WEBHOOK_BODY_LIMIT,
+    };
+    // A declared length over the limit is refused before a byte of the body
+    // is read; an undeclared (chunked) one stops at the limit.
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > WEBHOOK_BODY_LIMIT as u64) {
+        return Err(too_large);
+    }
+    let headers = request.headers().clone();
+    let body = Bytes::from_request(request, &())
+        .await
+        .map_err(|e| match e {
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                too_large
+            }
+            other => ApiError::bad_request("malformed_body", other.body_text()),
+        })?;
     let secrets = secrets(&app);
     if secrets.is_empty() {
         return Err(ApiError::unavailable(
