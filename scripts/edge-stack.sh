@@ -7,6 +7,11 @@
 #
 #   ORIGIN_BIN=path   use this origin binary instead of building it
 #   EDGE_E2E_KEEP=1   keep the run folder (logs) under test-output/
+#   EDGE_LOG_LEVEL=l  wrangler's --log-level (default warn); `log` also shows
+#                     the Worker's console lines (one per forwarded request)
+#
+# Logs: $RUN_DIR/origin.log (origin, one access line per request) and
+# $RUN_DIR/wrangler.log (wrangler dev and the Worker's console).
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
@@ -92,7 +97,7 @@ sed -e "s#^main = \"#main = \"$ROOT/#" \
 (cd "$EDGE_DIR" && EDGE_SKIP_BUILD=1 exec wrangler dev --config "$EDGE_DIR/wrangler.toml" \
   --port "$EDGE_PORT" --ip 127.0.0.1 --inspector-port "$INSPECTOR_PORT" \
   --persist-to "$EDGE_DIR/state" --show-interactive-dev-session=false \
-  --log-level warn >"$RUN_DIR/wrangler.log" 2>&1) &
+  --log-level "${EDGE_LOG_LEVEL:-warn}" >"$RUN_DIR/wrangler.log" 2>&1) &
 stack_pids+=($!)
 
 wait_http "http://127.0.0.1:$ORIGIN_PORT/healthz" 30

@@ -27,13 +27,13 @@ use serde_json::{Value, json};
 use token::{Claims, Expect, KeyRing, TicketData, TokenError, TokenType};
 use worker::{
     AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
-    Result, event, js_sys, web_sys,
+    Result, console_log, event, js_sys, web_sys,
 };
 
 use crate::api::{self, ApiError, Route};
 use crate::limit::Limiter;
 use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
-use crate::{config, draw};
+use crate::{config, draw, trace};
 
 /// How long a queue snapshot is reused from isolate memory.
 const SNAPSHOT_TTL_MS: u64 = 1_000;
@@ -448,15 +448,9 @@ async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     let arrival = now_ms();
     let token = bearer_of(req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
+    // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
     let claims = users
-        .verify(
-            &token,
-            Expect {
-                typ: TokenType::User,
-                sale: None,
-            },
-            now_ms() / 1000,
-        )
+        .verify_user(&token, now_ms() / 1000)
         .map_err(ApiError::token)?;
     // A join is the one call that creates a sale's object (and its seed):
     // not for a sale that does not exist.
@@ -779,13 +773,36 @@ async fn sold_out_known(env: &Env, sale: &str) -> bool {
 
 // -------------------------------------------------------------- forwarding
 
+/// Forwards to the origin with a request id (see [`trace::request_id`]),
+/// echoes it to the caller and logs one access line (`wrangler dev` and
+/// Workers logs show it).
 async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> ApiResult<Response> {
+    let started = now_ms();
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let rid = trace::request_id(
+        header("x-request-id").as_deref(),
+        header("cf-ray").as_deref(),
+        token::random_jti,
+    );
+    let log = |status: u16| {
+        console_log!(
+            "{}",
+            trace::access_line(
+                method.as_ref(),
+                path,
+                status,
+                now_ms().saturating_sub(started),
+                &rid
+            )
+        );
+    };
     let headers = Headers::new();
     for name in ["authorization", "idempotency-key", "content-type", "accept"] {
         if let Ok(Some(v)) = req.headers().get(name) {
             headers.set(name, &v).map_err(internal)?;
         }
     }
+    headers.set("x-request-id", &rid).map_err(internal)?;
     let mut init = RequestInit::new();
     init.with_method(method.clone()).with_headers(headers);
     if method == Method::Post {
@@ -802,10 +819,13 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
     }
     let url = format!("{}{}", origin_url(env), path);
     let out = Request::new_with_init(&url, &init).map_err(internal)?;
-    let mut resp = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS)
-        .await
-        .map_err(|_| ApiError::origin_unavailable())?;
+    let Ok(mut resp) = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS).await else {
+        let e = ApiError::origin_unavailable();
+        log(e.status);
+        return Err(e);
+    };
     let status = resp.status_code();
+    log(status);
     let body = resp.bytes().await.unwrap_or_default();
     let h = Headers::new();
     for name in [
@@ -819,6 +839,7 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
         }
     }
     h.set("cache-control", "no-store").map_err(internal)?;
+    h.set("x-request-id", &rid).map_err(internal)?;
     Ok(Response::from_bytes(body)
         .map_err(internal)?
         .with_status(status)
@@ -890,6 +911,13 @@ async fn forward_reservation(
 ) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
     let now = now_ms() / 1000;
+    if !token::is_v1(&token) {
+        // A JWT can only be a shop's user token.
+        ring(env, "USER_TOKEN_KEYS")?
+            .verify_user(&token, now)
+            .map_err(ApiError::token)?;
+        return forward(env, req, method, path).await;
+    }
     let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
         &token,
         Expect {
@@ -899,14 +927,7 @@ async fn forward_reservation(
         now,
     );
     if let Err(admit_err) = admit {
-        let user = ring(env, "USER_TOKEN_KEYS")?.verify(
-            &token,
-            Expect {
-                typ: TokenType::User,
-                sale: None,
-            },
-            now,
-        );
+        let user = ring(env, "USER_TOKEN_KEYS")?.verify_user(&token, now);
         if let Err(user_err) = user {
             // Report the more telling of the two refusals.
             let e = match admit_err {

@@ -5,7 +5,7 @@
 //! and forwards admitted requests to the origin.
 //!
 //! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`], [`frontier`],
-//! [`limit`], [`queue`]) hold
+//! [`limit`], [`queue`], [`trace`]) hold
 //! all the logic and are tested on the host; `glue` and `sale_queue` (Wasm
 //! only) are thin runtime glue. Invariant: nothing in this crate trusts
 //! input — every token is verified, every id validated, and no input can
@@ -18,6 +18,7 @@ pub mod draw;
 pub mod frontier;
 pub mod limit;
 pub mod queue;
+pub mod trace;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

@@ -70,7 +70,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "USER_TOKEN_KEYS",
         default: Fallback::Required,
         secret: true,
-        meaning: "`kid:base64key[,…]` shared with the shop, which mints `user` tokens; the first key signs, all verify; at least 16 bytes each (32 recommended)",
+        meaning: "`kid:base64key[,…]` shared with the shop, which mints `user` tokens (`v1` format or JWT HS256 with the `kid` header); the first key signs, all verify; at least 16 bytes each (32 recommended)",
     },
     EnvVar {
         name: "ADMISSION_TOKEN_KEYS",

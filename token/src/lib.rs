@@ -4,6 +4,9 @@
 //! A credential is `v1.<kid>.<payload>.<sig>` where `payload` is the
 //! base64url (no padding) JSON of [`Claims`] and `sig` is the base64url
 //! HMAC-SHA256 of `v1.<kid>.<payload>` under the key named `kid`.
+//! `user` tokens may also be standard JWTs (HS256, `kid` header), so a shop
+//! mints them with any JWT library: [`KeyRing::verify_user`] accepts both,
+//! [`KeyRing::verify`] (tickets, admit tokens) only `v1`.
 //!
 //! Invariants kept here (and nowhere else):
 //! - a token verifies only if its signature is the HMAC of exactly the bytes
@@ -20,6 +23,9 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD
 use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+
+mod jwt;
+pub use jwt::is_v1;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -139,6 +145,10 @@ pub enum TokenError {
     Expired,
     #[error("token is not valid yet")]
     NotYetValid,
+    /// A JWT whose `alg` is not HS256 (`none` included): refused before any
+    /// key is looked at, so the header cannot choose how it is checked.
+    #[error("token algorithm is not accepted (only HS256)")]
+    AlgRefused,
 }
 
 impl TokenError {
@@ -152,6 +162,7 @@ impl TokenError {
             TokenError::WrongSale => "token_wrong_sale",
             TokenError::Expired => "token_expired",
             TokenError::NotYetValid => "token_not_yet_valid",
+            TokenError::AlgRefused => "token_alg_refused",
         }
     }
 
@@ -161,7 +172,7 @@ impl TokenError {
     }
 }
 
-const ALL_ERRORS: [TokenError; 7] = [
+const ALL_ERRORS: [TokenError; 8] = [
     TokenError::Malformed,
     TokenError::UnknownKid,
     TokenError::BadSignature,
@@ -169,6 +180,7 @@ const ALL_ERRORS: [TokenError; 7] = [
     TokenError::WrongSale,
     TokenError::Expired,
     TokenError::NotYetValid,
+    TokenError::AlgRefused,
 ];
 
 /// A key ring could not be read from configuration.
@@ -362,6 +374,25 @@ impl KeyRing {
             return Err(TokenError::NotYetValid);
         }
         Ok(claims)
+    }
+
+    /// Verifies a `user` token in either accepted format: the product's own
+    /// `v1.` format or a JWT signed HS256 by a key of this ring (see
+    /// [`jwt`]). Only for `user` tokens: [`KeyRing::verify`] (tickets,
+    /// admit tokens) never accepts a JWT.
+    pub fn verify_user(&self, token: &str, now: u64) -> Result<Claims, TokenError> {
+        if jwt::is_v1(token) {
+            self.verify(
+                token,
+                Expect {
+                    typ: TokenType::User,
+                    sale: None,
+                },
+                now,
+            )
+        } else {
+            jwt::verify_user(self, token, now)
+        }
     }
 
     /// Checks format and signature only and returns the claims.

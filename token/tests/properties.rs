@@ -66,4 +66,28 @@ proptest! {
         let with_v1 = format!("v1.a.{s}");
         let _ = ring().verify(&with_v1, Expect { typ: TokenType::User, sale: None }, 0);
     }
+
+    #[test]
+    fn random_strings_never_panic_as_user_tokens(s in "\\PC{0,300}") {
+        prop_assert!(ring().verify_user(&s, 0).is_err());
+    }
+
+    #[test]
+    fn jwt_shaped_strings_never_panic(
+        header in prop::collection::btree_map("[a-z]{1,5}", any::<i64>().prop_map(serde_json::Value::from), 0..4),
+        alg in prop::option::of("(HS256|none|RS256|hs256)"),
+        payload in "\\PC{0,80}",
+        sig in "[A-Za-z0-9_-]{0,50}",
+    ) {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        let mut h = serde_json::Map::from_iter(header);
+        if let Some(alg) = alg {
+            h.insert("alg".into(), alg.into());
+        }
+        h.insert("kid".into(), "k1".into());
+        let t = format!("{}.{}.{sig}", b64(serde_json::to_string(&h).unwrap().as_bytes()), b64(payload.as_bytes()));
+        // Without the key nothing verifies, whatever the header says.
+        prop_assert!(ring().verify_user(&t, 0).is_err());
+    }
 }
