@@ -438,6 +438,8 @@ fn status_body(
         );
         body["admission_token"] = json!(ring.sign(&claims));
         body["admission_expires_at"] = json!(claims.exp);
+        // The page counts down to the window's end, not the token's.
+        body["window_ends_at_ms"] = json!(queue::window_ends_at_ms(p, &s));
     }
     Ok(body)
 }
