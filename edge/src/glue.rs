@@ -264,6 +264,17 @@ async fn page(env: &Env) -> ApiResult<Response> {
         .map_err(internal)?;
     h.set("cache-control", "public, max-age=30")
         .map_err(internal)?;
+    // The security headers come from edge/public/_headers (one source, built
+    // by edge/page/build.mjs), as for the page's assets.
+    for name in [
+        "content-security-policy",
+        "referrer-policy",
+        "x-content-type-options",
+    ] {
+        if let Ok(Some(v)) = r.headers().get(name) {
+            h.set(name, &v).map_err(internal)?;
+        }
+    }
     Ok(Response::from_bytes(body)
         .map_err(internal)?
         .with_status(status)
