@@ -15,7 +15,7 @@ const check = process.argv.includes('--check');
 
 const out = new Map();
 let html = readFileSync(join(here, 'sale.html'), 'utf8');
-for (const name of ['app.js', 'app.css']) {
+for (const name of ['app.js', 'app.css', 'timer.js']) {
   const body = readFileSync(join(here, name));
   const hash = createHash('sha256').update(body).digest('hex').slice(0, 10);
   const [base, ext] = name.split('.');
@@ -23,9 +23,21 @@ for (const name of ['app.js', 'app.css']) {
   out.set(join(assets, hashed), body);
   html = html.replace(`{{${name}}}`, hashed);
 }
+const currency = (process.env.SALE_CURRENCY || 'EUR').toUpperCase();
+if (!/^[A-Z]{3}$/.test(currency)) {
+  console.error(`SALE_CURRENCY must be an ISO 4217 code like EUR, not ${JSON.stringify(currency)}`);
+  process.exit(1);
+}
+html = html.replace('{{currency}}', currency);
 out.set(join(pub, 'sale.html'), Buffer.from(html));
+const CSP = [
+  "default-src 'none'", "script-src 'self'", "worker-src 'self'", "style-src 'self'",
+  "img-src 'self' data:", "connect-src 'self'", "base-uri 'none'", "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+const security = `  Content-Security-Policy: ${CSP}\n  Referrer-Policy: no-referrer\n  X-Content-Type-Options: nosniff\n`;
 out.set(join(pub, '_headers'), Buffer.from(
-  '/assets/*\n  Cache-Control: public, max-age=31536000, immutable\n/*.html\n  Cache-Control: public, max-age=30\n/\n  Cache-Control: public, max-age=30\n',
+  `/*\n${security}/assets/*\n  Cache-Control: public, max-age=31536000, immutable\n/*.html\n  Cache-Control: public, max-age=30\n/\n  Cache-Control: public, max-age=30\n`,
 ));
 
 const stale = existsSync(assets) ? readdirSync(assets).map((f) => join(assets, f)).filter((f) => !out.has(f)) : [];

@@ -264,6 +264,17 @@ async fn page(env: &Env) -> ApiResult<Response> {
         .map_err(internal)?;
     h.set("cache-control", "public, max-age=30")
         .map_err(internal)?;
+    // The security headers come from edge/public/_headers (one source, built
+    // by edge/page/build.mjs), as for the page's assets.
+    for name in [
+        "content-security-policy",
+        "referrer-policy",
+        "x-content-type-options",
+    ] {
+        if let Ok(Some(v)) = r.headers().get(name) {
+            h.set(name, &v).map_err(internal)?;
+        }
+    }
     Ok(Response::from_bytes(body)
         .map_err(internal)?
         .with_status(status)
@@ -438,6 +449,8 @@ fn status_body(
         );
         body["admission_token"] = json!(ring.sign(&claims));
         body["admission_expires_at"] = json!(claims.exp);
+        // The page counts down to the window's end, not the token's.
+        body["window_ends_at_ms"] = json!(queue::window_ends_at_ms(p, &s));
     }
     Ok(body)
 }

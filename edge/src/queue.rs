@@ -174,22 +174,29 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
     v
 }
 
-/// Lifetime, in seconds from `now_ms`, of an `admit` token for `place`: the
-/// usual [`ADMIT_TTL_SECS`] cut so that the token's `exp` never passes the
-/// end of the admission window. The window ends one window after the first
-/// checkpoint whose frontier reached the place (that is when `expired`
-/// passes it). If no checkpoint in the snapshot shows it yet, the one that
-/// will is taken no earlier than the snapshot, so the snapshot's time stands
-/// in: the answer can only be too short, never too long. 0 means the window
-/// closes within the current second.
-pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+/// When the admission window of `place` ends, unix ms: one window
+/// ([`ADMIT_TTL_SECS`]) after the first checkpoint whose frontier reached
+/// the place (that is when `expired` passes it). If no checkpoint in the
+/// snapshot shows it yet, the one that will is taken no earlier than the
+/// snapshot, so the snapshot's time stands in: the answer can only be too
+/// early, never too late. The page counts down to this, so a re-poll (which
+/// re-mints the token) never moves the countdown back up.
+pub fn window_ends_at_ms(place: u64, s: &Snapshot) -> u64 {
     let reached_ms = s
         .frontier_history
         .iter()
         .find(|(_, admitted)| *admitted >= place as f64)
         .map_or(s.now_ms, |(t, _)| *t)
         .min(s.now_ms);
-    let end_secs = reached_ms.saturating_add(ADMIT_TTL_SECS * 1000) / 1000;
+    reached_ms.saturating_add(ADMIT_TTL_SECS * 1000)
+}
+
+/// Lifetime, in seconds from `now_ms`, of an `admit` token for `place`: the
+/// usual [`ADMIT_TTL_SECS`] cut so that the token's `exp` never passes the
+/// end of the admission window ([`window_ends_at_ms`]). 0 means the window
+/// closes within the current second.
+pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    let end_secs = window_ends_at_ms(place, s) / 1000;
     end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
 }
 
@@ -274,6 +281,30 @@ mod tests {
         s.frontier_history = vec![(900_000, 100.0)];
         assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
         assert_eq!(admit_ttl_secs(u64::MAX, &s, u64::MAX), 0);
+    }
+
+    #[test]
+    fn the_window_end_stays_put_across_polls() {
+        let mut s = snap();
+        s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
+        assert_eq!(window_ends_at_ms(90, &s), 270_000);
+        assert_eq!(window_ends_at_ms(96, &s), 310_000);
+        // Later snapshots (the object re-polled) keep the same end while the
+        // checkpoint is still carried.
+        s.now_ms = 260_000;
+        assert_eq!(window_ends_at_ms(90, &s), 270_000);
+        // Not yet in a checkpoint: no later than the snapshot's time + window.
+        s.now_ms = 200_000;
+        assert_eq!(window_ends_at_ms(100, &s), 320_000);
+        s.frontier_history = vec![(900_000, 100.0)];
+        assert_eq!(window_ends_at_ms(100, &s), 320_000, "skewed checkpoint");
+        // The token never outlives the end it reports.
+        for now in (200_000..320_000).step_by(7_000) {
+            assert!(now / 1000 + admit_ttl_secs(100, &s, now) <= window_ends_at_ms(100, &s) / 1000);
+        }
+        s.frontier_history.clear();
+        s.now_ms = u64::MAX;
+        assert_eq!(window_ends_at_ms(1, &s), u64::MAX, "saturates");
     }
 
     #[test]
