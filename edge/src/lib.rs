@@ -17,7 +17,10 @@ pub mod control;
 pub mod draw;
 pub mod frontier;
 pub mod limit;
+pub mod places;
 pub mod queue;
+pub mod shard_draw;
+pub mod shards;
 pub mod trace;
 
 #[cfg(target_arch = "wasm32")]
