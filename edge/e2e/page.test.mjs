@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
-import { EDGE, call, createSale, rid, userToken } from './lib.mjs';
+import { EDGE, call, createSale, placeOf, rid, userToken } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const OUT = process.env.SCREENSHOT_DIR || join(process.cwd(), 'test-output', 'edge-page');
@@ -134,7 +134,7 @@ test('inventory-capped admission keeps the second person waiting; the page polls
       'starts-at': 'now', 'admission-rate': 10, 'admission-factor': 1,
     });
     const first = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(`first-${rid()}`) });
-    assert.equal(first.body.place, 1);
+    assert.equal((await placeOf(SALE, first.body.ticket)).place, 1);
     const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
     try {
       const page = await (await browser.newContext({ viewport: { width: 360, height: 780 } })).newPage();

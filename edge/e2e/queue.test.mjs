@@ -7,8 +7,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, call, createSale, decode, origin, pool, reservationRequests, rid, sha256hex,
-  sign, claims, sleep, spearman, userToken, until,
+  EDGE, QUEUE_SHARDS, call, createSale, decode, origin, placeOf, pool, reservationRequests, rid,
+  sha256hex, shardOf, sign, claims, sleep, spearman, userToken, until,
 } from './lib.mjs';
 
 const SALE = `e2e-q-${rid()}`;
@@ -109,10 +109,17 @@ test(`${N} accounts join before the start: pre-queue, no position, one ticket ea
     assert.equal(c.sub, a);
     assert.equal(c.sale, SALE);
     assert.equal(c.tkt.place, undefined);
-    joined.set(a, { ...b, seq: c.tkt.seq });
+    assert.equal(c.tkt.shard ?? 0, shardOf(a, QUEUE_SHARDS), 'the account\'s shard');
+    joined.set(a, { ...b, seq: c.tkt.seq, shard: c.tkt.shard ?? 0 });
   }
-  const seqs = [...joined.values()].map((j) => j.seq).sort((x, y) => x - y);
-  assert.deepEqual(seqs, Array.from({ length: N }, (_, i) => i + 1));
+  // Arrival numbers count per shard: 1..n_k on each shard k.
+  const perShard = new Map();
+  for (const j of joined.values()) perShard.set(j.shard, [...(perShard.get(j.shard) ?? []), j.seq]);
+  assert.equal(perShard.size, Math.min(QUEUE_SHARDS, N), 'every shard got joins');
+  for (const seqs of perShard.values()) {
+    seqs.sort((x, y) => x - y);
+    assert.deepEqual(seqs, Array.from({ length: seqs.length }, (_, i) => i + 1));
+  }
 
   // A repeated join returns the same ticket, and the same place (none yet).
   for (const a of accounts.slice(0, 20)) {
@@ -138,8 +145,15 @@ test('after the start the pre-queue places are a verifiable random permutation o
   const doBefore = (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
   const t0 = Date.now();
   const polled = await pool(accounts, 8, async (a) => {
-    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(a).ticket });
-    assert.equal(r.status, 200, JSON.stringify(r.body));
+    let r;
+    // While the shards draw (steps of an alarm chain) a poll says so.
+    for (let i = 0; i < 40; i++) {
+      r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(a).ticket });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      if (r.body.status !== 'drawing') break;
+      assert.ok(r.body.poll_after_ms <= 2000, 'a short poll while drawing');
+      await sleep(250);
+    }
     assert.ok(['waiting', 'admitted'].includes(r.body.status), r.body.status);
     assert.equal(decode(r.body.ticket).tkt.place, r.body.place, 'the new ticket carries the place');
     return r.body;
@@ -170,18 +184,34 @@ test('after the start the pre-queue places are a verifiable random permutation o
     joined.get(a).ticket = polled[i].ticket;
     joined.get(a).place = polled[i].place;
   }
-  // The audit list is sorted by draw value.
-  const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw?limit=5000`);
+  // The audit listing: per shard, buckets of <= 512 values with their
+  // global places; together sorted by draw value, places 1..N.
+  const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
   assert.equal(audit.status, 200);
-  // Drawn by the object's alarm at the start, not by the first poll
+  // Drawn by the shards' alarms at the start, not by the first poll
   // (which came 1.5 s later).
-  assert.ok(Math.abs(audit.body.drawn_at_ms - startsAtMs) < 1000,
+  assert.ok(Math.abs(audit.body.drawn_at_ms - startsAtMs) < 1500,
     `drawn ${audit.body.drawn_at_ms - startsAtMs} ms after the start`);
-  assert.equal(audit.body.entries.length, N);
-  for (let i = 1; i < N; i++) assert.ok(audit.body.entries[i - 1].key < audit.body.entries[i].key);
+  assert.equal(audit.body.prequeue, N);
+  assert.equal(audit.body.per_shard.length, QUEUE_SHARDS);
+  const listed = [];
+  for (const { shard, buckets } of audit.body.per_shard) {
+    for (let j = 0; j < buckets; j++) {
+      const page = await call('GET', `${EDGE}/api/sales/${SALE}/draw?shard=${shard}&bucket=${j}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      assert.ok(page.body.entries.length <= 512);
+      assert.match(page.headers.get('cache-control'), /immutable/);
+      listed.push(...page.body.entries);
+    }
+  }
+  listed.sort((x, y) => x.place - y.place);
+  assert.deepEqual(listed.map((e) => e.place), Array.from({ length: N }, (_, i) => i + 1));
+  for (let i = 1; i < N; i++) assert.ok(listed[i - 1].key < listed[i].key, 'sorted by draw value');
+  const outOfRange = await call('GET', `${EDGE}/api/sales/${SALE}/draw?shard=999&bucket=0`);
+  assert.equal(outOfRange.status, 400);
 
   // Arrival order does not predict the place.
-  const arrival = accounts.map((a) => joined.get(a).seq);
+  const arrival = accounts.map((_, i) => i);
   const rho = spearman(arrival, places);
   assert.ok(Math.abs(rho) < 0.25, `Spearman rho ${rho}`);
 });
@@ -197,8 +227,15 @@ test('later joiners follow in arrival order; a repeated join returns the same ti
     const token = a === late[0] ? cliToken : userToken(a);
     const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token });
     assert.equal(r.status, 200, JSON.stringify(r.body));
-    assert.equal(r.status, 200);
+    assert.ok(decode(r.body.ticket).tkt.t_ms > startsAtMs, 'an arrival stamp after the start');
     got.push({ account: a, ticket: r.body.ticket, place: r.body.place, status: r.body.status });
+  }
+  // The place is final once every shard has reported that second (~1-3 s).
+  for (const g of got) {
+    const b = await placeOf(SALE, g.ticket);
+    assert.ok(b.place, `${g.account} got a place`);
+    g.ticket = b.ticket;
+    g.place = b.place;
   }
   assert.deepEqual(got.map((g) => g.place), Array.from({ length: 10 }, (_, i) => N + 1 + i),
     'places follow arrival order');
@@ -216,7 +253,7 @@ test('later joiners follow in arrival order; a repeated join returns the same ti
   assert.ok(raced.every((r) => r.status === 200));
   assert.equal(new Set(raced.map((r) => r.body.ticket)).size, 1, 'one ticket');
   assert.equal(new Set(raced.map((r) => r.body.place)).size, 1, 'one place');
-  assert.equal(raced[0].body.place, N + 11);
+  assert.equal((await placeOf(SALE, raced[0].body.ticket)).place, N + 11);
 });
 
 test('a person is admitted only when the frontier reaches them', async () => {

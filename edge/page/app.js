@@ -243,6 +243,12 @@
       const at = x.starts_at_ms || (s && Date.parse(s.starts_at));
       setState('prequeue', 'You are in the pre-queue',
         `Your place in line is drawn at ${clock(at)}. Everyone who joins before then has the same chance: arriving early gives no advantage.`);
+    } else if (x.status === 'drawing') {
+      setState('prequeue', 'The draw is running',
+        'Places in line are being drawn for everyone who joined before the start. This takes a few seconds.');
+    } else if (x.status === 'waiting' && x.place == null) {
+      setState('waiting', 'You are in line',
+        'Your place in line is being confirmed (a second or two).');
     } else if (x.status === 'waiting') {
       const eta = x.eta_seconds;
       const range = eta == null ? 'unknown' : `${dur(eta * 0.8)} – ${dur(eta * 1.3 + 5)}`;

@@ -8,15 +8,12 @@
 //!   reach the Durable Object;
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
-//! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
-//!   other 410; the summary; or the queue object) reservations get 410 here
-//!   without an origin request; the flag lives 3 s and is then rechecked
-//!   against the summary, never by sending a reservation;
+//! - once the edge knows a sale is sold out (an origin 410, the summary, or
+//!   the queue object) reservations get 410 here without an origin request;
+//!   the flag lives 3 s and is then rechecked against the summary, never by
+//!   sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
-//! - every answer is JSON with the documented error shape; no input panics;
-//! - misconfigured (key rings missing, malformed or sharing a secret) the
-//!   edge answers every request with a 500 `config_error`; `DEV_MODE` is
-//!   ignored unless `ORIGIN_URL` is a loopback address.
+//! - every answer is JSON with the documented error shape; no input panics.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,24 +21,18 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use token::{Claims, Expect, KeyRing, TicketData, TokenError, TokenType};
+use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 use worker::{
     AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
-    Result, console_log, event, js_sys, web_sys,
+    Result, event, js_sys, web_sys,
 };
 
 use crate::api::{self, ApiError, Route};
+use crate::draw;
 use crate::limit::Limiter;
-use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
-use crate::{config, draw, trace};
+use crate::objects::internal;
+use crate::waiting;
 
-/// How long a queue snapshot is reused from isolate memory.
-const SNAPSHOT_TTL_MS: u64 = 1_000;
-/// From this age on, one request refreshes the snapshot while the others
-/// keep using the cached one (single flight: no herd on the object).
-const SNAPSHOT_REFRESH_MS: u64 = 900;
-/// How long a stale snapshot may stand in when the object cannot answer.
-const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// How long the sold-out flag stands before it is rechecked.
 const SOLD_OUT_RECHECK_MS: u64 = 3_000;
 /// Stale sale summaries are served for up to this long when the origin fails.
@@ -56,12 +47,6 @@ type ApiResult<T> = std::result::Result<T, ApiError>;
 
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
-    /// The (user, admission) rings last found apart, so the check is one
-    /// pointer comparison per request until a secret changes.
-    static RINGS_APART: RefCell<Option<(Rc<KeyRing>, Rc<KeyRing>)>> = const { RefCell::new(None) };
-    static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
-    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
-    static BUCKETS: RefCell<HashMap<String, Rc<Bucket>>> = RefCell::new(HashMap::new());
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
     /// Reservations one account may send to the origin: 10 per 10 s.
@@ -102,7 +87,7 @@ pub(crate) fn ring(env: &Env, name: &'static str) -> ApiResult<Rc<KeyRing>> {
     Ok(parsed)
 }
 
-fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
+pub(crate) fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json; charset=utf-8")?;
     headers.set("cache-control", cache)?;
@@ -123,11 +108,7 @@ fn error_response(e: &ApiError) -> Result<Response> {
         .with_headers(headers))
 }
 
-fn internal(e: worker::Error) -> ApiError {
-    ApiError::new(500, "internal", format!("edge error: {e}"))
-}
-
-fn bearer_of(req: &Request) -> ApiResult<String> {
+pub(crate) fn bearer_of(req: &Request) -> ApiResult<String> {
     let h = req.headers().get("authorization").ok().flatten();
     api::bearer(h.as_deref())
         .map(str::to_string)
@@ -148,49 +129,22 @@ pub(crate) async fn send_with_timeout(f: Fetch, ms: u32) -> Result<Response> {
     f.send_with_signal(&signal).await
 }
 
-/// The edge refuses to run misconfigured, like the origin refuses to start:
-/// key rings that are missing, malformed or share a secret get a 500
-/// `config_error` on every request (the parses are cached per isolate, so
-/// this costs a pointer comparison once the rings were found apart).
-fn check_config(env: &Env) -> ApiResult<()> {
-    let users = ring(env, "USER_TOKEN_KEYS")?;
-    let admission = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    let known = RINGS_APART.with(|c| {
-        c.borrow()
-            .as_ref()
-            .is_some_and(|(u, a)| Rc::ptr_eq(u, &users) && Rc::ptr_eq(a, &admission))
-    });
-    if !known {
-        config::rings_apart(&users, &admission)
-            .map_err(|m| ApiError::new(500, "config_error", m))?;
-        RINGS_APART.with(|c| *c.borrow_mut() = Some((users, admission)));
-    }
-    Ok(())
-}
-
-fn health(env: &Env) -> ApiResult<Response> {
-    let mut body =
-        json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(env)});
-    if let Some(why) = config::dev_mode_refusal(dev_mode_requested(env), &origin_url(env)) {
-        body["dev_mode_refused"] = json!(why);
-    }
-    json_response(200, &body, "no-store").map_err(internal)
-}
-
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
-    if let Err(e) = check_config(&env) {
-        return error_response(&e);
-    }
     let method = req.method().to_string();
     let path = req.path();
     let out = match api::route(&method, &path) {
-        Route::Health => health(&env),
+        Route::Health => json_response(
+            200,
+            &json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(&env)}),
+            "no-store",
+        )
+        .map_err(internal),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
-        Route::Join(sale) => join(&env, &req, &sale).await,
-        Route::Status(sale) => status(&env, &req, &sale).await,
-        Route::Draw(sale) => draw_audit(&env, &req, &sale).await,
+        Route::Join(sale) => waiting::join(&env, &req, &sale).await,
+        Route::Status(sale) => waiting::status(&env, &req, &sale).await,
+        Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
             forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await
@@ -216,15 +170,10 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Page(_) => page(&env).await,
         Route::DevToken if dev_mode(&env) => dev_token(&env, req).await,
         Route::DevPayment(id) if dev_mode(&env) => {
-            forward(
-                &env,
-                req,
-                Method::Post,
-                &format!("/api/dev/payments/{id}/complete"),
-            )
-            .await
+            forward(&env, req, Method::Post, &format!("/api/dev/payments/{id}/complete")).await
         }
-        Route::DevToken | Route::DevPayment(_) => Err(ApiError::not_found()),
+        Route::DevBulk(sale) if dev_mode(&env) => waiting::bulk(&env, req, &sale).await,
+        Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) => Err(ApiError::not_found()),
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
         Route::NotFound => Err(ApiError::not_found()),
     };
@@ -235,14 +184,8 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
 }
 
 /// `DEV_MODE=1` (local runs only): the page may mint user tokens and
-/// complete payments with the origin's dev provider. Honoured only with a
-/// loopback `ORIGIN_URL` (see [`config::dev_mode_refusal`]): anywhere else
-/// it would mint user tokens for anyone.
+/// complete payments with the origin's dev provider.
 fn dev_mode(env: &Env) -> bool {
-    dev_mode_requested(env) && config::dev_mode_refusal(true, &origin_url(env)).is_none()
-}
-
-fn dev_mode_requested(env: &Env) -> bool {
     env.var("DEV_MODE")
         .map(|v| v.to_string())
         .or_else(|_| env.secret("DEV_MODE").map(|v| v.to_string()))
@@ -300,321 +243,13 @@ async fn dev_token(env: &Env, mut req: Request) -> ApiResult<Response> {
     .map_err(internal)
 }
 
-// ---------------------------------------------------------------- the queue
-
-/// The `SaleQueue` object of a sale.
-fn queue_stub(env: &Env, sale: &str) -> ApiResult<worker::Stub> {
-    env.durable_object("SALE_QUEUE")
-        .and_then(|ns| ns.id_from_name(sale).and_then(|id| id.get_stub()))
-        .map_err(internal)
-}
-
-/// Calls the sale's object; maps its JSON errors through.
-pub(crate) async fn call_queue(
-    env: &Env,
-    sale: &str,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> ApiResult<Value> {
-    let stub = queue_stub(env, sale)?;
-    let headers = Headers::new();
-    headers.set("x-sale", sale).map_err(internal)?;
-    headers
-        .set("content-type", "application/json")
-        .map_err(internal)?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(b) = body {
-        init.with_body(Some(b.to_string().into()));
-    }
-    let req =
-        Request::new_with_init(&format!("https://sale-queue{path}"), &init).map_err(internal)?;
-    let mut resp = stub.fetch_with_request(req).await.map_err(|_| {
-        ApiError::new(503, "queue_unavailable", "the queue is busy, try again").retry_after(1)
-    })?;
-    let status = resp.status_code();
-    let text = resp.text().await.map_err(internal)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|_| ApiError::new(502, "queue_error", "the queue answered garbage"))?;
-    if status >= 400 {
-        let code = v["error"]["code"].as_str().unwrap_or("queue_error");
-        let msg = v["error"]["message"].as_str().unwrap_or("queue error");
-        let mut e = ApiError::new(status, code, msg);
-        if status == 503 {
-            e = e.retry_after(1);
-        }
-        return Err(e);
-    }
-    Ok(v)
-}
-
-fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
-    let s = Rc::new(s);
-    let sale = s.sale.clone();
-    if s.sold_out {
-        set_sold_out_local(&sale);
-    }
-    SNAPSHOTS.with(|m| bounded_insert(&mut m.borrow_mut(), sale, (now_ms(), s.clone())));
-    s
-}
-
-/// The queue snapshot from isolate memory: fresh for 0.9 s; from then on a
-/// single request refreshes it from the object while the others go on
-/// using the cached one (at most 1 s plus one object round trip old).
-async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
-    let now = now_ms();
-    let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
-    let in_flight = REFRESHING.with(|m| {
-        m.borrow()
-            .get(sale)
-            .is_some_and(|t| now.saturating_sub(*t) < 2 * SNAPSHOT_TTL_MS)
-    });
-    if let Some((at, s)) = &cached {
-        let age = now.saturating_sub(*at);
-        if age < SNAPSHOT_REFRESH_MS || (in_flight && age < 3 * SNAPSHOT_TTL_MS) {
-            return Ok(s.clone());
-        }
-    }
-    REFRESHING.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
-    let got = call_queue(env, sale, Method::Get, "/snapshot", None).await;
-    REFRESHING.with(|m| m.borrow_mut().remove(sale));
-    match got {
-        Ok(v) => {
-            let s: Snapshot = serde_json::from_value(v)
-                .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
-            Ok(remember_snapshot(s))
-        }
-        Err(e) if e.status >= 500 => match cached {
-            // People keep their place and see `waiting`, not an error page.
-            Some((at, s)) if now.saturating_sub(at) < SNAPSHOT_STALE_MS => Ok(s),
-            _ => Err(e),
-        },
-        Err(e) => Err(e),
-    }
-}
-
-#[derive(Deserialize)]
-struct Placed {
-    ticket: String,
-    place: Option<u64>,
-    snapshot: Snapshot,
-}
-
-fn status_body(
-    env: &Env,
-    sale: &str,
-    sub: &str,
-    ticket: &str,
-    place: Option<u64>,
-    snap: &Snapshot,
-) -> ApiResult<Value> {
-    let now = now_ms();
-    let mut s = snap.clone();
-    s.sold_out = s.sold_out || sold_out_local(sale);
-    let v = queue::view(place, &s, now, js_sys::Math::random());
-    let mut body = json!({
-        "ticket": ticket,
-        "status": v.status,
-        "place": v.place,
-        "position": v.position,
-        "ahead": v.ahead,
-        "eta_seconds": v.eta_seconds,
-        "poll_after_ms": v.poll_after_ms,
-        "starts_at_ms": s.starts_at_ms,
-    });
-    if v.status == Status::Admitted
-        && let Some(p) = place
-    {
-        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
-        // Never past the end of the admission window, however often the
-        // person re-polls.
-        let claims = Claims::new(
-            TokenType::Admit,
-            sub,
-            Some(sale.to_string()),
-            now / 1000,
-            queue::admit_ttl_secs(p, &s, now),
-        );
-        body["admission_token"] = json!(ring.sign(&claims));
-        body["admission_expires_at"] = json!(claims.exp);
-    }
-    Ok(body)
-}
-
-async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    // The press is judged by when it reached the edge (the object places it
-    // by this stamp, see `queue::arrival_ms`), not after the waits below.
-    let arrival = now_ms();
-    let token = bearer_of(req)?;
-    let users = ring(env, "USER_TOKEN_KEYS")?;
-    // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
-    let claims = users
-        .verify_user(&token, now_ms() / 1000)
-        .map_err(ApiError::token)?;
-    // A join is the one call that creates a sale's object (and its seed):
-    // not for a sale that does not exist.
-    ensure_sale_exists(env, sale).await?;
-    let path = format!("/join?sub={}&arrival_ms={arrival}", urlencode(&claims.sub));
-    let v = call_queue(env, sale, Method::Post, &path, None).await?;
-    let p: Placed =
-        serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
-    let snap = remember_snapshot(p.snapshot);
-    let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
-    json_response(200, &body, "no-store").map_err(internal)
-}
-
-async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    let token = bearer_of(req)?;
-    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    let claims = tickets
-        .verify(
-            &token,
-            Expect {
-                typ: TokenType::Ticket,
-                sale: Some(sale),
-            },
-            now_ms() / 1000,
-        )
-        .map_err(ApiError::token)?;
-    let place = claims.tkt.as_ref().and_then(|t| t.place);
-    let snap = snapshot(env, sale).await?;
-    if place.is_none()
-        && snap.drawn
-        && let Some(p) = place_from_bucket(env, sale, &claims.sub, &snap).await
-    {
-        // Once per person after the draw: the place, read off the cached
-        // bucket of the drawn order, goes into a fresh ticket.
-        let seq = claims.tkt.as_ref().map(|t| t.seq).unwrap_or(0);
-        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
-        let fresh = Claims::new(
-            TokenType::Ticket,
-            claims.sub.as_str(),
-            Some(sale.to_string()),
-            now_ms() / 1000,
-            TICKET_TTL_SECS,
-        )
-        .with_ticket(TicketData {
-            seq,
-            place: Some(p),
-        });
-        let ticket = ring.sign(&fresh);
-        let body = status_body(env, sale, &claims.sub, &ticket, Some(p), &snap)?;
-        return json_response(200, &body, "no-store").map_err(internal);
-    }
-    if place.is_none() && snap.drawn {
-        // Fallback (bucket unavailable): ask the object.
-        let path = format!("/place?sub={}", urlencode(&claims.sub));
-        let v = call_queue(env, sale, Method::Get, &path, None).await?;
-        let p: Placed = serde_json::from_value(v)
-            .map_err(|_| ApiError::new(502, "queue_error", "bad place"))?;
-        let snap = remember_snapshot(p.snapshot);
-        let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
-        return json_response(200, &body, "no-store").map_err(internal);
-    }
-    let body = status_body(env, sale, &claims.sub, &token, place, &snap)?;
-    json_response(200, &body, "no-store").map_err(internal)
-}
-
-/// The drawn place of `sub` from the bucket its draw value falls in:
-/// isolate memory, then the Cache API (buckets never change once drawn),
-/// then the object. None if anything is missing (the caller falls back).
-async fn place_from_bucket(env: &Env, sale: &str, sub: &str, snap: &Snapshot) -> Option<u64> {
-    let seed = snap.seed.as_deref()?;
-    let key = draw::draw_key(seed, sub);
-    let b = draw::bucket_of(&key, snap.buckets.max(1))?;
-    let id = format!("{sale}/{}/{b}", snap.commitment);
-    let cached = BUCKETS.with(|m| m.borrow().get(&id).cloned());
-    let bucket = match cached {
-        Some(x) => x,
-        None => {
-            let ck = cache_key("bucket", &id);
-            let from_cache = match Cache::default().get(ck.as_str(), false).await {
-                Ok(Some(mut r)) => r
-                    .text()
-                    .await
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<Bucket>(&t).ok()),
-                _ => None,
-            };
-            let bucket = match from_cache {
-                Some(x) => x,
-                None => {
-                    let v = call_queue(env, sale, Method::Get, &format!("/bucket?i={b}"), None)
-                        .await
-                        .ok()?;
-                    let text = v.to_string();
-                    let x: Bucket = serde_json::from_value(v).ok()?;
-                    cache_put_json(&ck, 200, &text, 86_400).await;
-                    x
-                }
-            };
-            let x = Rc::new(bucket);
-            BUCKETS.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.len() >= 256 {
-                    m.clear();
-                }
-                m.insert(id, x.clone());
-            });
-            x
-        }
-    };
-    draw::place_in_bucket(bucket.first_place, &bucket.keys, &key)
-}
-
-#[derive(Deserialize)]
-struct Bucket {
-    first_place: u64,
-    keys: Vec<String>,
-}
-
-fn urlencode(s: &str) -> String {
-    js_sys::encode_uri_component(s).into()
-}
-
-/// Unknown sales are refused before a queue object is created for them
-/// (a sale seen in the last minute is taken as existing; the origin's
-/// answer, positive or negative, is cached for a second). With the origin
-/// down and nothing cached the call goes through: the object of a known
-/// sale serves from its storage, and one for an unknown sale refuses
-/// (it cannot load settings) — having stored its seed.
-async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
-    // Sales do not disappear: a summary seen in the last minute is enough.
-    let now = now_ms();
-    let seen = STALE_SUMMARY.with(|m| {
-        m.borrow()
-            .get(sale)
-            .is_some_and(|(at, _)| now.saturating_sub(*at) < 60_000)
-    });
-    if seen {
-        return Ok(());
-    }
-    match origin_summary(env, sale).await {
-        Err(e) if e.code == "sale_not_found" => Err(e),
-        // Origin down: the object keeps serving known sales from its storage.
-        _ => Ok(()),
-    }
-}
-
-async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    ensure_sale_exists(env, sale).await?;
-    let url = req.url().map_err(internal)?;
-    let path = match url.query() {
-        Some(q) => format!("/draw?{q}"),
-        None => "/draw".to_string(),
-    };
-    let v = call_queue(env, sale, Method::Get, &path, None).await?;
-    json_response(200, &v, "public, max-age=5").map_err(internal)
-}
-
 // ------------------------------------------------------------ sale summary
 
-fn cache_key(kind: &str, sale: &str) -> String {
+pub(crate) fn cache_key(kind: &str, sale: &str) -> String {
     format!("{CACHE_HOST}/{kind}/{sale}")
 }
 
-async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
+pub(crate) async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
     let Ok(headers) = (|| -> Result<Headers> {
         let h = Headers::new();
         h.set("content-type", "application/json")?;
@@ -632,7 +267,7 @@ async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
 
 /// The origin's sale summary: Cache API (≤ 1 s), then origin, then a stale
 /// copy from isolate memory. Returns the JSON and whether it is stale.
-async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
+pub(crate) async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
     let key = cache_key("summary", sale);
     if let Ok(Some(mut r)) = Cache::default().get(key.as_str(), false).await {
         let st = r.status_code();
@@ -696,8 +331,9 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
         set_sold_out(sale).await;
     }
     // Queue figures are best effort: the summary stands without them.
-    if let Ok(s) = snapshot(env, sale).await {
+    if let Ok(s) = waiting::snapshot(env, sale).await {
         body["queue"] = json!({
+            "shards": s.shards,
             "entries": s.entries,
             "prequeue": s.prequeue,
             "placed": s.placed,
@@ -720,12 +356,12 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
 
 // ------------------------------------------------------------ sold-out flag
 
-fn set_sold_out_local(sale: &str) {
+pub(crate) fn set_sold_out_local(sale: &str) {
     let now = now_ms();
     SOLD_OUT.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
 }
 
-fn sold_out_local(sale: &str) -> bool {
+pub(crate) fn sold_out_local(sale: &str) -> bool {
     let now = now_ms();
     SOLD_OUT.with(|m| {
         m.borrow()
@@ -773,36 +409,13 @@ async fn sold_out_known(env: &Env, sale: &str) -> bool {
 
 // -------------------------------------------------------------- forwarding
 
-/// Forwards to the origin with a request id (see [`trace::request_id`]),
-/// echoes it to the caller and logs one access line (`wrangler dev` and
-/// Workers logs show it).
 async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> ApiResult<Response> {
-    let started = now_ms();
-    let header = |name: &str| req.headers().get(name).ok().flatten();
-    let rid = trace::request_id(
-        header("x-request-id").as_deref(),
-        header("cf-ray").as_deref(),
-        token::random_jti,
-    );
-    let log = |status: u16| {
-        console_log!(
-            "{}",
-            trace::access_line(
-                method.as_ref(),
-                path,
-                status,
-                now_ms().saturating_sub(started),
-                &rid
-            )
-        );
-    };
     let headers = Headers::new();
     for name in ["authorization", "idempotency-key", "content-type", "accept"] {
         if let Ok(Some(v)) = req.headers().get(name) {
             headers.set(name, &v).map_err(internal)?;
         }
     }
-    headers.set("x-request-id", &rid).map_err(internal)?;
     let mut init = RequestInit::new();
     init.with_method(method.clone()).with_headers(headers);
     if method == Method::Post {
@@ -819,13 +432,10 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
     }
     let url = format!("{}{}", origin_url(env), path);
     let out = Request::new_with_init(&url, &init).map_err(internal)?;
-    let Ok(mut resp) = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS).await else {
-        let e = ApiError::origin_unavailable();
-        log(e.status);
-        return Err(e);
-    };
+    let mut resp = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS)
+        .await
+        .map_err(|_| ApiError::origin_unavailable())?;
     let status = resp.status_code();
-    log(status);
     let body = resp.bytes().await.unwrap_or_default();
     let h = Headers::new();
     for name in [
@@ -839,7 +449,6 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
         }
     }
     h.set("cache-control", "no-store").map_err(internal)?;
-    h.set("x-request-id", &rid).map_err(internal)?;
     Ok(Response::from_bytes(body)
         .map_err(internal)?
         .with_status(status)
@@ -874,31 +483,19 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         )
         .retry_after(secs));
     }
-    let mut resp = forward(
+    let resp = forward(
         env,
         req,
         Method::Post,
         &format!("/api/sales/{sale}/reservations"),
     )
     .await?;
-    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
+    if resp.status_code() == 410 {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
-        let _ = call_queue(env, sale, Method::Post, "/sold_out", Some(json!({}))).await;
+        waiting::tell_sold_out(env, sale).await;
     }
     Ok(resp)
-}
-
-/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
-/// which is passed on untouched). See [`api::gone_means_sold_out`].
-async fn gone_says_sold_out(resp: &mut Response) -> bool {
-    match resp.cloned() {
-        Ok(mut copy) => copy
-            .bytes()
-            .await
-            .is_ok_and(|b| api::gone_means_sold_out(&b)),
-        Err(_) => false,
-    }
 }
 
 /// Reservation calls accept an `admit` or a `user` token; the origin checks
@@ -911,13 +508,6 @@ async fn forward_reservation(
 ) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
     let now = now_ms() / 1000;
-    if !token::is_v1(&token) {
-        // A JWT can only be a shop's user token.
-        ring(env, "USER_TOKEN_KEYS")?
-            .verify_user(&token, now)
-            .map_err(ApiError::token)?;
-        return forward(env, req, method, path).await;
-    }
     let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
         &token,
         Expect {
@@ -927,7 +517,14 @@ async fn forward_reservation(
         now,
     );
     if let Err(admit_err) = admit {
-        let user = ring(env, "USER_TOKEN_KEYS")?.verify_user(&token, now);
+        let user = ring(env, "USER_TOKEN_KEYS")?.verify(
+            &token,
+            Expect {
+                typ: TokenType::User,
+                sale: None,
+            },
+            now,
+        );
         if let Err(user_err) = user {
             // Report the more telling of the two refusals.
             let e = match admit_err {

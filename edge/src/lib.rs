@@ -26,4 +26,10 @@ pub mod trace;
 #[cfg(target_arch = "wasm32")]
 mod glue;
 #[cfg(target_arch = "wasm32")]
+mod objects;
+#[cfg(target_arch = "wasm32")]
+mod queue_shard;
+#[cfg(target_arch = "wasm32")]
 mod sale_queue;
+#[cfg(target_arch = "wasm32")]
+mod waiting;

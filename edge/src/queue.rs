@@ -57,9 +57,13 @@ pub struct Snapshot {
     pub seed: Option<String>,
     /// Requests the object has served (for the benchmark of DO calls/poll).
     pub do_requests: u64,
-    /// Buckets the draw is served in (0 before the draw); see `draw`.
+    /// Queue shards (Durable Objects) of the sale.
+    #[serde(default = "one")]
+    pub shards: u32,
+    /// Arrivals after the start stamped before this (unix ms) have been
+    /// reported by every shard: their places are final.
     #[serde(default)]
-    pub buckets: u64,
+    pub fifo_through_ms: u64,
     /// Frontier checkpoints `(unix ms, admitted)` younger than one window:
     /// when each place still in its window was reached (see
     /// [`admit_ttl_secs`]).
@@ -67,10 +71,16 @@ pub struct Snapshot {
     pub frontier_history: Vec<(u64, f64)>,
 }
 
+fn one() -> u32 {
+    1
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Prequeue,
+    /// The start has come and the pre-queue is being drawn (seconds).
+    Drawing,
     Waiting,
     Admitted,
     SoldOut,
@@ -101,9 +111,11 @@ fn jittered(base_ms: u64, jitter: f64) -> u64 {
     ((base_ms as f64) * (0.8 + 0.4 * j)) as u64
 }
 
-/// The status of the holder of a ticket with `place` (None: pre-queue ticket
-/// not yet drawn). `jitter` is a uniform random number in `[0, 1)`.
-pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View {
+/// The status of the holder of a ticket with `place` (None: not known yet —
+/// a pre-queue ticket before or during the draw, or an arrival after the
+/// start that not every shard has reported yet, `after_start`). `jitter` is
+/// a uniform random number in `[0, 1)`.
+pub fn view(place: Option<u64>, after_start: bool, s: &Snapshot, now_ms: u64, jitter: f64) -> View {
     let closed = s.closed || s.ends_at_ms.is_some_and(|e| now_ms >= e);
     let (position, ahead) = match place {
         Some(p) if p > s.frontier => (Some(p - s.frontier), Some(p - s.frontier - 1)),
@@ -127,6 +139,17 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
         // Units may come back (expired holds): keep checking, gently.
         v.status = Status::SoldOut;
         v.poll_after_ms = jittered(7_500, jitter);
+        return v;
+    }
+    if place.is_none() && (after_start || (now_ms >= s.starts_at_ms && !s.drawn)) {
+        // The place is seconds away (the draw runs in steps, arrivals are
+        // reported once a second): ask again soon.
+        v.status = if after_start {
+            Status::Waiting
+        } else {
+            Status::Drawing
+        };
+        v.poll_after_ms = jittered(1_500, jitter);
         return v;
     }
     let Some(p) = place else {
@@ -241,7 +264,8 @@ mod tests {
             commitment: "c".into(),
             seed: Some("s".into()),
             do_requests: 0,
-            buckets: 1,
+            shards: 1,
+            fifo_through_ms: 0,
             frontier_history: vec![],
         }
     }
@@ -252,7 +276,7 @@ mod tests {
         // Place 90 was reached at the checkpoint of t = 150 s, so its window
         // ends at 270 s whenever the token is minted.
         s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
-        assert_eq!(view(Some(90), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(view(Some(90), false, &s, 200_000, 0.5).status, Status::Admitted);
         assert_eq!(admit_ttl_secs(90, &s, 200_000), 70);
         assert_eq!(admit_ttl_secs(90, &s, 269_999), 1);
         assert_eq!(admit_ttl_secs(90, &s, 270_000), 0);
@@ -310,26 +334,47 @@ mod tests {
     #[test]
     fn waiting_admitted_and_window_closed() {
         let s = snap();
-        let w = view(Some(150), &s, 200_000, 0.5);
+        let w = view(Some(150), false, &s, 200_000, 0.5);
         assert_eq!(w.status, Status::Waiting);
         assert_eq!((w.position, w.ahead), (Some(50), Some(49)));
         assert_eq!(w.eta_seconds, Some(5));
         assert!((MIN_POLL_MS..=MAX_POLL_MS).contains(&w.poll_after_ms));
-        assert_eq!(view(Some(100), &s, 200_000, 0.5).status, Status::Admitted);
-        assert_eq!(view(Some(21), &s, 200_000, 0.5).status, Status::Admitted);
-        assert_eq!(view(Some(20), &s, 200_000, 0.5).status, Status::Closed);
-        assert_eq!(view(Some(101), &s, 200_000, 0.5).status, Status::Waiting);
+        assert_eq!(
+            view(Some(100), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
+        assert_eq!(
+            view(Some(21), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
+        assert_eq!(
+            view(Some(20), false, &s, 200_000, 0.5).status,
+            Status::Closed
+        );
+        assert_eq!(
+            view(Some(101), false, &s, 200_000, 0.5).status,
+            Status::Waiting
+        );
     }
 
     #[test]
     fn sold_out_and_closed_win() {
         let mut s = snap();
         s.sold_out = true;
-        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::SoldOut);
-        assert_eq!(view(Some(5000), &s, 200_000, 0.1).status, Status::SoldOut);
-        assert_eq!(view(None, &s, 200_000, 0.1).status, Status::SoldOut);
+        assert_eq!(
+            view(Some(50), false, &s, 200_000, 0.1).status,
+            Status::SoldOut
+        );
+        assert_eq!(
+            view(Some(5000), false, &s, 200_000, 0.1).status,
+            Status::SoldOut
+        );
+        assert_eq!(view(None, false, &s, 200_000, 0.1).status, Status::SoldOut);
         s.ends_at_ms = Some(150_000);
-        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::Closed);
+        assert_eq!(
+            view(Some(50), false, &s, 200_000, 0.1).status,
+            Status::Closed
+        );
     }
 
     #[test]
@@ -338,30 +383,53 @@ mod tests {
         s.drawn = false;
         s.starts_at_ms = 210_000;
         s.prequeue = 2000;
-        let early = view(None, &s, 200_000, 0.0);
+        let early = view(None, false, &s, 200_000, 0.0);
         assert_eq!(early.status, Status::Prequeue);
         assert_eq!(early.position, None);
         assert_eq!(early.eta_seconds, Some(10));
         assert!(early.poll_after_ms >= 10_000);
-        let late = view(None, &s, 200_000, 0.999);
+        let late = view(None, false, &s, 200_000, 0.999);
         assert!(
             late.poll_after_ms > early.poll_after_ms + 9_000,
             "spread ~10 s"
         );
         // Far from start: capped at about 30 s.
-        let far = view(None, &s, 0, 0.5);
+        let far = view(None, false, &s, 0, 0.5);
         assert!(far.poll_after_ms <= 36_000);
+    }
+
+    #[test]
+    fn drawing_and_unreported_arrivals_poll_again_soon() {
+        let mut s = snap();
+        s.drawn = false;
+        let d = view(None, false, &s, 200_000, 0.5);
+        assert_eq!(d.status, Status::Drawing);
+        assert_eq!((d.place, d.position), (None, None));
+        assert!(
+            (1_000..=2_000).contains(&d.poll_after_ms),
+            "{}",
+            d.poll_after_ms
+        );
+        // Before the start it is still the pre-queue.
+        assert_eq!(view(None, false, &s, 50_000, 0.5).status, Status::Prequeue);
+        s.drawn = true;
+        let w = view(None, true, &s, 200_000, 0.5);
+        assert_eq!(w.status, Status::Waiting);
+        assert_eq!(w.place, None);
+        assert!(w.poll_after_ms <= 2_000);
+        s.sold_out = true;
+        assert_eq!(view(None, true, &s, 200_000, 0.5).status, Status::SoldOut);
     }
 
     #[test]
     fn polls_slow_down_far_back_and_are_jittered() {
         let s = snap();
-        let near = view(Some(105), &s, 200_000, 0.5).poll_after_ms;
-        let far = view(Some(100_000), &s, 200_000, 0.5).poll_after_ms;
+        let near = view(Some(105), false, &s, 200_000, 0.5).poll_after_ms;
+        let far = view(Some(100_000), false, &s, 200_000, 0.5).poll_after_ms;
         assert!(far > near);
         assert!(far <= MAX_POLL_MS * 6 / 5);
-        let a = view(Some(100_000), &s, 200_000, 0.0).poll_after_ms;
-        let b = view(Some(100_000), &s, 200_000, 0.99).poll_after_ms;
+        let a = view(Some(100_000), false, &s, 200_000, 0.0).poll_after_ms;
+        let b = view(Some(100_000), false, &s, 200_000, 0.99).poll_after_ms;
         assert!(b > a);
     }
 
@@ -369,10 +437,10 @@ mod tests {
     fn hostile_numbers_do_not_panic() {
         let mut s = snap();
         s.rate = 0.0;
-        let v = view(Some(u64::MAX), &s, u64::MAX, f64::NAN);
+        let v = view(Some(u64::MAX), false, &s, u64::MAX, f64::NAN);
         assert_eq!(v.status, Status::Waiting);
         assert_eq!(v.eta_seconds, None);
         s.rate = f64::NAN;
-        let _ = view(Some(0), &s, 0, f64::INFINITY);
+        let _ = view(Some(0), false, &s, 0, f64::INFINITY);
     }
 }
