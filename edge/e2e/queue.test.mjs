@@ -251,8 +251,14 @@ test('later joiners follow in arrival order; a repeated join returns the same ti
   const raced = await Promise.all(Array.from({ length: 20 }, () =>
     call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token })));
   assert.ok(raced.every((r) => r.status === 200));
-  assert.equal(new Set(raced.map((r) => r.body.ticket)).size, 1, 'one ticket');
-  assert.equal(new Set(raced.map((r) => r.body.place)).size, 1, 'one place');
+  // One entry: every ticket names the same shard, arrival number and stamp
+  // (a ticket may come back re-minted with the place once it is known).
+  const entries = new Set(raced.map((r) => {
+    const { shard, seq, t_ms } = decode(r.body.ticket).tkt;
+    return `${shard}/${seq}/${t_ms}`;
+  }));
+  assert.equal(entries.size, 1, 'one entry');
+  assert.ok(new Set(raced.map((r) => r.body.place).filter((p) => p != null)).size <= 1, 'one place');
   assert.equal((await placeOf(SALE, raced[0].body.ticket)).place, N + 11);
 });
 

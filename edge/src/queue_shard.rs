@@ -430,7 +430,6 @@ impl QueueShard {
     }
 
     async fn handle(&self, req: &mut Request) -> ApiResult<Value> {
-        self.requests.set(self.requests.get() + 1);
         let sale = req
             .headers()
             .get("x-sale")
@@ -440,6 +439,9 @@ impl QueueShard {
             .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
         let url = req.url().map_err(|_| ApiError::not_found())?;
         let bad = |_| ApiError::new(400, "bad_request", "bad body");
+        if url.path() != "/poke" {
+            self.requests.set(self.requests.get() + 1);
+        }
         match (req.method(), url.path()) {
             (Method::Post, "/join") => {
                 let b: JoinBody = req.json().await.map_err(bad)?;
