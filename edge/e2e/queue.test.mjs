@@ -13,8 +13,8 @@ import {
 
 const SALE = `e2e-q-${rid()}`;
 const N = 500;
-const RATE = 20;
-const LEAD_MS = 30_000;
+const RATE = 10; // slow enough that the late joiners wait even on a busy machine
+const LEAD_MS = 45_000; // 500 joins through wrangler dev on 2 busy cores
 const accounts = Array.from({ length: N }, (_, i) => `pq-${String(i).padStart(3, '0')}-${rid()}`);
 const users = new Map(accounts.map((a) => [a, userToken(a)]));
 const joined = new Map(); // account -> first join answer
@@ -188,9 +188,9 @@ test('after the start the pre-queue places are a verifiable random permutation o
   // global places; together sorted by draw value, places 1..N.
   const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
   assert.equal(audit.status, 200);
-  // Drawn by the shards' alarms at the start, not by the first poll
-  // (which came 1.5 s later).
-  assert.ok(Math.abs(audit.body.drawn_at_ms - startsAtMs) < 1500,
+  // Drawn by the shards' alarm chains at the start (no request draws),
+  // within seconds even on a busy machine.
+  assert.ok(audit.body.drawn_at_ms >= startsAtMs && audit.body.drawn_at_ms - startsAtMs < 10_000,
     `drawn ${audit.body.drawn_at_ms - startsAtMs} ms after the start`);
   assert.equal(audit.body.prequeue, N);
   assert.equal(audit.body.per_shard.length, QUEUE_SHARDS);
@@ -390,7 +390,7 @@ test('one admitted account cannot flood the origin: at most 10 reservations per 
   assert.ok(reached <= 10, `${reached} reached the origin`);
 });
 
-test('status polls do not reach the queue object in steady state (frontier cached ≤ 1 s)', async () => {
+test('status polls do not reach the queue object in steady state (snapshot refreshed every ~2.5 s)', async () => {
   const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
   const before = await doRequests();
   const t0 = Date.now();
@@ -403,6 +403,7 @@ test('status polls do not reach the queue object in steady state (frontier cache
   const calls = (await doRequests()) - before;
   const seconds = (Date.now() - t0) / 1000;
   assert.ok(statuses.every((s) => ['waiting', 'admitted', 'closed'].includes(s)));
-  // At most one snapshot refresh per second (plus the summary reads), not one per poll.
-  assert.ok(calls <= Math.ceil(seconds * 1.25) + 3, `${calls} object calls for 400 polls in ${seconds} s`);
+  // At most one snapshot refresh per 2.5 s (the frontier is extrapolated
+  // meanwhile) plus the summary reads (≤ 1 s old), not one per poll.
+  assert.ok(calls <= Math.ceil(seconds / 2) + 3, `${calls} object calls for 400 polls in ${seconds} s`);
 });

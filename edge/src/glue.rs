@@ -331,7 +331,7 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
         set_sold_out(sale).await;
     }
     // Queue figures are best effort: the summary stands without them.
-    if let Ok(s) = waiting::snapshot(env, sale).await {
+    if let Ok(s) = waiting::snapshot_within(env, sale, 900).await {
         body["queue"] = json!({
             "shards": s.shards,
             "entries": s.entries,

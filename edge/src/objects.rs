@@ -52,8 +52,8 @@ pub async fn call_object(
     if let Some(b) = body {
         init.with_body(Some(b.to_string().into()));
     }
-    let req = Request::new_with_init(&format!("https://queue-object{path}"), &init)
-        .map_err(internal)?;
+    let req =
+        Request::new_with_init(&format!("https://queue-object{path}"), &init).map_err(internal)?;
     let mut resp = stub.fetch_with_request(req).await.map_err(|_| {
         ApiError::new(503, "queue_unavailable", "the queue is busy, try again").retry_after(1)
     })?;

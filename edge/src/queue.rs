@@ -69,6 +69,29 @@ pub struct Snapshot {
     /// [`admit_ttl_secs`]).
     #[serde(default)]
     pub frontier_history: Vec<(u64, f64)>,
+    /// The frontier moves on from `frontier` at `now_ms` at this many places
+    /// a second (0 while it cannot move) up to `frontier_cap`: an isolate
+    /// extrapolates it between snapshots (`frontier_at`).
+    #[serde(default)]
+    pub frontier_rate: f64,
+    #[serde(default)]
+    pub frontier_cap: u64,
+}
+
+/// The frontier at `now_ms` from a snapshot taken earlier: its checkpoint
+/// plus its rate, never past its cap, never below the checkpoint. The
+/// coordinator advances by the same rule, so this is never ahead of it
+/// (unless the sale sold out meanwhile, which the sold-out flag covers).
+pub fn frontier_at(s: &Snapshot, now_ms: u64) -> u64 {
+    let rate = if s.frontier_rate.is_finite() && s.frontier_rate > 0.0 {
+        s.frontier_rate
+    } else {
+        0.0
+    };
+    let dt = now_ms.saturating_sub(s.now_ms) as f64 / 1000.0;
+    let moved = (s.frontier as f64 + rate * dt).floor();
+    let cap = s.frontier_cap.max(s.frontier) as f64;
+    moved.min(cap).max(s.frontier as f64) as u64
 }
 
 fn one() -> u32 {
@@ -115,7 +138,18 @@ fn jittered(base_ms: u64, jitter: f64) -> u64 {
 /// a pre-queue ticket before or during the draw, or an arrival after the
 /// start that not every shard has reported yet, `after_start`). `jitter` is
 /// a uniform random number in `[0, 1)`.
-pub fn view(place: Option<u64>, after_start: bool, s: &Snapshot, now_ms: u64, jitter: f64) -> View {
+pub fn view(
+    place: Option<u64>,
+    after_start: bool,
+    snap: &Snapshot,
+    now_ms: u64,
+    jitter: f64,
+) -> View {
+    let frontier = frontier_at(snap, now_ms);
+    let s = &Snapshot {
+        frontier,
+        ..snap.clone()
+    };
     let closed = s.closed || s.ends_at_ms.is_some_and(|e| now_ms >= e);
     let (position, ahead) = match place {
         Some(p) if p > s.frontier => (Some(p - s.frontier), Some(p - s.frontier - 1)),
@@ -141,7 +175,7 @@ pub fn view(place: Option<u64>, after_start: bool, s: &Snapshot, now_ms: u64, ji
         v.poll_after_ms = jittered(7_500, jitter);
         return v;
     }
-    if place.is_none() && (after_start || (now_ms >= s.starts_at_ms && !s.drawn)) {
+    if place.is_none() && (after_start || now_ms >= s.starts_at_ms) {
         // The place is seconds away (the draw runs in steps, arrivals are
         // reported once a second): ask again soon.
         v.status = if after_start {
@@ -267,6 +301,8 @@ mod tests {
             shards: 1,
             fifo_through_ms: 0,
             frontier_history: vec![],
+            frontier_rate: 0.0,
+            frontier_cap: 100,
         }
     }
 
@@ -396,6 +432,28 @@ mod tests {
         // Far from start: capped at about 30 s.
         let far = view(None, false, &s, 0, 0.5);
         assert!(far.poll_after_ms <= 36_000);
+    }
+
+    #[test]
+    fn the_frontier_is_extrapolated_from_checkpoint_and_rate_up_to_its_cap() {
+        let mut s = snap();
+        s.frontier_rate = 10.0;
+        s.frontier_cap = 130;
+        assert_eq!(frontier_at(&s, 200_000), 100);
+        assert_eq!(frontier_at(&s, 201_500), 115);
+        assert_eq!(frontier_at(&s, 260_000), 130, "capped");
+        assert_eq!(frontier_at(&s, 100_000), 100, "never below the checkpoint");
+        // Place 110 is admitted one second after the snapshot, not before.
+        assert_eq!(
+            view(Some(110), false, &s, 200_500, 0.5).status,
+            Status::Waiting
+        );
+        assert_eq!(
+            view(Some(110), false, &s, 201_000, 0.5).status,
+            Status::Admitted
+        );
+        s.frontier_rate = f64::NAN;
+        assert_eq!(frontier_at(&s, 260_000), 100);
     }
 
     #[test]

@@ -308,32 +308,33 @@ impl SaleQueue {
         Ok((pre + after, complete))
     }
 
-    /// The frontier at `now` (advanced in memory; the alarm stores it).
-    fn frontier_at(&self, now: u64, placed: u64) -> Frontier {
+    /// The frontier at `now` (advanced in memory; the alarm stores it),
+    /// with its cap and rate from here (what isolates extrapolate by).
+    fn frontier_at(&self, now: u64, placed: u64) -> (Frontier, f64, f64) {
         let mut f: Frontier = self
             .meta
             .get("frontier")
             .and_then(|f| serde_json::from_str(&f).ok())
             .unwrap_or_default();
-        if let Some(starts) = self.meta.u64("starts_at_ms") {
-            f.advance(
-                self.params(),
-                Inputs {
-                    now_ms: now,
-                    starts_at_ms: starts,
-                    placed,
-                    units_available: self.meta.u64("units_available"),
-                    sold_out: self.sold_out(now),
-                },
-            );
-        }
-        f
+        let Some(starts) = self.meta.u64("starts_at_ms") else {
+            return (f, 0.0, 0.0);
+        };
+        let inp = Inputs {
+            now_ms: now,
+            starts_at_ms: starts,
+            placed,
+            units_available: self.meta.u64("units_available"),
+            sold_out: self.sold_out(now),
+        };
+        f.advance(self.params(), inp);
+        let (cap, rate) = f.ceiling(self.params(), inp);
+        (f, cap, rate)
     }
 
     fn snapshot(&self, sale: &str, now: u64) -> ApiResult<Snapshot> {
         let rows = self.shard_rows()?;
         let (placed, complete) = self.placed(&rows)?;
-        let f = self.frontier_at(now, placed);
+        let (f, cap, rate) = self.frontier_at(now, placed);
         let p = self.params();
         let drawn = self.drawn();
         let reported_pre: u64 = rows.iter().map(|r| r.prequeue as u64).sum();
@@ -363,6 +364,8 @@ impl SaleQueue {
             do_requests: self.requests.get() + shard_requests,
             shards: self.shards(),
             fifo_through_ms: complete.map(|s| (s + 1) * 1000).unwrap_or(0),
+            frontier_rate: rate,
+            frontier_cap: cap.floor().max(0.0) as u64,
         })
     }
 
@@ -558,7 +561,11 @@ impl SaleQueue {
             }
             (Method::Get, "/seed") => {
                 if now < self.meta.u64("starts_at_ms").unwrap_or(u64::MAX) {
-                    return Err(ApiError::new(409, "not_started", "the draw is at the start"));
+                    return Err(ApiError::new(
+                        409,
+                        "not_started",
+                        "the draw is at the start",
+                    ));
                 }
                 Ok(json!({"seed": self.meta.get("seed")}))
             }
@@ -648,7 +655,7 @@ impl DurableObject for SaleQueue {
         }
         match self.shard_rows().and_then(|rows| self.placed(&rows)) {
             Ok((placed, _)) => {
-                let f = self.frontier_at(now, placed);
+                let (f, _, _) = self.frontier_at(now, placed);
                 if let Err(e) = self.set("frontier", serde_json::to_string(&f).unwrap_or_default())
                 {
                     worker::console_error!("frontier: {}", e.message);
