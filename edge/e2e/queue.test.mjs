@@ -13,8 +13,9 @@ import {
 
 const SALE = `e2e-q-${rid()}`;
 const N = 500;
-const RATE = 10; // slow enough that the late joiners wait even on a busy machine
-const LEAD_MS = 45_000; // 500 joins through wrangler dev on 2 busy cores
+const RATE = 20; // from the admission test on (before it: SLOW_RATE)
+const SLOW_RATE = 0.01; // nobody is admitted while the tests before it run
+const LEAD_MS = 60_000; // 500 joins through wrangler dev on 2 busy cores (50 s seen under load)
 const accounts = Array.from({ length: N }, (_, i) => `pq-${String(i).padStart(3, '0')}-${rid()}`);
 const users = new Map(accounts.map((a) => [a, userToken(a)]));
 const joined = new Map(); // account -> first join answer
@@ -81,7 +82,7 @@ test(`${N} accounts join before the start: pre-queue, no position, one ticket ea
   startsAtMs = Date.now() + LEAD_MS;
   createSale({
     sale: SALE, name: 'E2E queue sale', units: 1000, 'per-user-limit': 1, shards: 2,
-    'starts-at': new Date(startsAtMs).toISOString(), 'admission-rate': RATE,
+    'starts-at': new Date(startsAtMs).toISOString(), 'admission-rate': SLOW_RATE,
     'admission-factor': 2, 'price-cents': 1999,
   });
   const before = await call('GET', `${EDGE}/api/sales/${SALE}`);
@@ -266,7 +267,13 @@ test('a person is admitted only when the frontier reaches them', async () => {
   const me = lastLate;
   let sawWaiting = false;
   let admitted = null;
-  const deadline = startsAtMs + ((me.place + 4 * RATE) / RATE) * 1000 + 20_000;
+  // Until now the frontier crawled (SLOW_RATE: at most a place or two, so
+  // the tests before could take their time); now the operator paces it up.
+  const pacedAt = Date.now();
+  const out = origin('sale', 'update', '--sale', SALE, '--admission-rate', String(RATE));
+  const paced = JSON.parse(out.slice(out.indexOf('{')));
+  assert.equal(paced.admission_rate, RATE);
+  const deadline = pacedAt + ((me.place + 4 * RATE) / RATE) * 1000 + 30_000;
   while (Date.now() < deadline) {
     const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: me.ticket });
     assert.equal(r.status, 200);
@@ -287,9 +294,10 @@ test('a person is admitted only when the frontier reaches them', async () => {
   }
   assert.ok(sawWaiting, 'was waiting before the frontier reached them');
   assert.ok(admitted, 'admitted in time');
-  // The frontier grows at RATE/s from the start: place p cannot be
-  // admitted before (p - 1) / RATE seconds (1 s slack for clocks).
-  const earliest = startsAtMs + ((me.place - 1) / RATE) * 1000 - 1000;
+  // The frontier grows at RATE/s from (at the earliest) the update, from
+  // at most 2 places: place p cannot be admitted before (p - 3) / RATE
+  // seconds after it (1 s slack for clocks).
+  const earliest = pacedAt + ((me.place - 3) / RATE) * 1000 - 1000;
   assert.ok(admitted.at >= earliest, `admitted ${admitted.at - earliest} ms too early`);
   const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
   assert.ok(s.body.queue.admitted >= me.place);

@@ -1,17 +1,14 @@
-//! Worker glue (Wasm only): the `fetch` event, isolate-memory caches, the
-//! Cache API, and forwarding to the origin.
+//! Worker glue (Wasm only): the `fetch` event, routing, key rings, the
+//! sale summary and sold-out caches, and forwarding to the origin. The queue
+//! routes live in `waiting`.
 //!
-//! Role: wire requests to the pure modules and to the `SaleQueue` object.
 //! Invariants kept here:
-//! - a status poll in steady state is a ticket check plus arithmetic on a
-//!   queue snapshot cached in isolate memory for at most 1 s: it does not
-//!   reach the Durable Object;
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
 //! - once the edge knows a sale is sold out (an origin 410, the summary, or
-//!   the queue object) reservations get 410 here without an origin request;
-//!   the flag lives 3 s and is then rechecked against the summary, never by
-//!   sending a reservation;
+//!   the queue coordinator) reservations get 410 here without an origin
+//!   request; the flag lives 3 s and is then rechecked against the summary,
+//!   never by sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
 //! - every answer is JSON with the documented error shape; no input panics.
 

@@ -63,7 +63,12 @@ thread_local! {
     static SECONDS: RefCell<HashMap<String, Rc<SecondArrivals>>> = RefCell::new(HashMap::new());
     /// `sale/sub` → (ticket, exp) of joins this isolate answered.
     static JOINED: RefCell<HashMap<String, (String, u64)>> = RefCell::new(HashMap::new());
+    /// Pieces being fetched by a request of this isolate (single flight).
+    static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
+
+/// How long a request waits for another one fetching the same piece.
+const PIECE_WAIT_MS: u64 = 3_000;
 
 fn bounded<V>(map: &mut HashMap<String, V>, max: usize, key: String, value: V) {
     if map.len() >= max && !map.contains_key(&key) {
@@ -364,8 +369,35 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
     reply(&body)
 }
 
+/// Waits while another request of this isolate fetches piece `id` (the
+/// first poll after the draw comes in a crowd: one fetch per piece, not one
+/// per concurrent poll). Returns once it is no longer being fetched.
+async fn await_piece(id: &str, in_memory: impl Fn() -> bool) {
+    let start = now_ms();
+    while !in_memory()
+        && now_ms().saturating_sub(start) < PIECE_WAIT_MS
+        && LOADING.with(|m| {
+            m.borrow()
+                .get(id)
+                .is_some_and(|t| now_ms().saturating_sub(*t) < PIECE_WAIT_MS)
+        })
+    {
+        worker::Delay::from(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// An immutable JSON piece: Cache API, else `load` (then cached for good).
 async fn immutable(id: &str, load: impl Future<Output = ApiResult<Value>>) -> Option<Value> {
+    LOADING.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id.to_string(), now_ms()));
+    let got = immutable_uncounted(id, load).await;
+    LOADING.with(|m| m.borrow_mut().remove(id));
+    got
+}
+
+async fn immutable_uncounted(
+    id: &str,
+    load: impl Future<Output = ApiResult<Value>>,
+) -> Option<Value> {
     let ck = cache_key("piece", id);
     if let Ok(Some(mut r)) = Cache::default().get(ck.as_str(), false).await
         && let Ok(t) = r.text().await
@@ -380,6 +412,7 @@ async fn immutable(id: &str, load: impl Future<Output = ApiResult<Value>>) -> Op
 
 async fn draw_index(env: &Env, sale: &str, commitment: &str) -> Option<Rc<Vec<ShardIndex>>> {
     let id = format!("{sale}/{commitment}/index");
+    await_piece(&id, || INDEXES.with(|m| m.borrow().contains_key(&id))).await;
     if let Some(x) = INDEXES.with(|m| m.borrow().get(&id).cloned()) {
         return Some(x);
     }
@@ -402,6 +435,7 @@ async fn bucket(
     j: u64,
 ) -> Option<Rc<Vec<String>>> {
     let id = format!("{sale}/{commitment}/b/{k}/{j}");
+    await_piece(&id, || BUCKETS.with(|m| m.borrow().contains_key(&id))).await;
     if let Some(x) = BUCKETS.with(|m| m.borrow().get(&id).cloned()) {
         return Some(x);
     }
