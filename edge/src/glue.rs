@@ -5,12 +5,15 @@
 //! Invariants kept here:
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
-//! - once the edge knows a sale is sold out (an origin 410, the summary, or
-//!   the queue coordinator) reservations get 410 here without an origin
+//! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
+//!   other 410; the summary; or the queue coordinator) reservations get 410 here without an origin
 //!   request; the flag lives 3 s and is then rechecked against the summary,
 //!   never by sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
-//! - every answer is JSON with the documented error shape; no input panics.
+//! - every answer is JSON with the documented error shape; no input panics;
+//! - misconfigured (key rings missing, malformed or sharing a secret) the
+//!   edge answers every request with a 500 `config_error`; `DEV_MODE` is
+//!   ignored unless `ORIGIN_URL` is a loopback address.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -25,6 +28,7 @@ use worker::{
 };
 
 use crate::api::{self, ApiError, Route};
+use crate::config;
 use crate::draw;
 use crate::limit::Limiter;
 use crate::objects::internal;
@@ -44,6 +48,9 @@ type ApiResult<T> = std::result::Result<T, ApiError>;
 
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
+    /// The (user, admission) rings last found apart, so the check is one
+    /// pointer comparison per request until a secret changes.
+    static RINGS_APART: RefCell<Option<(Rc<KeyRing>, Rc<KeyRing>)>> = const { RefCell::new(None) };
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
     /// Reservations one account may send to the origin: 10 per 10 s.
@@ -126,17 +133,44 @@ pub(crate) async fn send_with_timeout(f: Fetch, ms: u32) -> Result<Response> {
     f.send_with_signal(&signal).await
 }
 
+/// The edge refuses to run misconfigured, like the origin refuses to start:
+/// key rings that are missing, malformed or share a secret get a 500
+/// `config_error` on every request (the parses are cached per isolate, so
+/// this costs a pointer comparison once the rings were found apart).
+fn check_config(env: &Env) -> ApiResult<()> {
+    let users = ring(env, "USER_TOKEN_KEYS")?;
+    let admission = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let known = RINGS_APART.with(|c| {
+        c.borrow()
+            .as_ref()
+            .is_some_and(|(u, a)| Rc::ptr_eq(u, &users) && Rc::ptr_eq(a, &admission))
+    });
+    if !known {
+        config::rings_apart(&users, &admission)
+            .map_err(|m| ApiError::new(500, "config_error", m))?;
+        RINGS_APART.with(|c| *c.borrow_mut() = Some((users, admission)));
+    }
+    Ok(())
+}
+
+fn health(env: &Env) -> ApiResult<Response> {
+    let mut body =
+        json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(env)});
+    if let Some(why) = config::dev_mode_refusal(dev_mode_requested(env), &origin_url(env)) {
+        body["dev_mode_refused"] = json!(why);
+    }
+    json_response(200, &body, "no-store").map_err(internal)
+}
+
 #[event(fetch)]
 async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    if let Err(e) = check_config(&env) {
+        return error_response(&e);
+    }
     let method = req.method().to_string();
     let path = req.path();
     let out = match api::route(&method, &path) {
-        Route::Health => json_response(
-            200,
-            &json!({"ok": true, "service": "edge", "time_ms": now_ms(), "dev_mode": dev_mode(&env)}),
-            "no-store",
-        )
-        .map_err(internal),
+        Route::Health => health(&env),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
         Route::Join(sale) => waiting::join(&env, &req, &sale).await,
@@ -167,7 +201,13 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Page(_) => page(&env).await,
         Route::DevToken if dev_mode(&env) => dev_token(&env, req).await,
         Route::DevPayment(id) if dev_mode(&env) => {
-            forward(&env, req, Method::Post, &format!("/api/dev/payments/{id}/complete")).await
+            forward(
+                &env,
+                req,
+                Method::Post,
+                &format!("/api/dev/payments/{id}/complete"),
+            )
+            .await
         }
         Route::DevBulk(sale) if dev_mode(&env) => waiting::bulk(&env, req, &sale).await,
         Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) => Err(ApiError::not_found()),
@@ -181,8 +221,14 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
 }
 
 /// `DEV_MODE=1` (local runs only): the page may mint user tokens and
-/// complete payments with the origin's dev provider.
+/// complete payments with the origin's dev provider. Honoured only with a
+/// loopback `ORIGIN_URL` (see [`config::dev_mode_refusal`]): anywhere else
+/// it would mint user tokens for anyone.
 fn dev_mode(env: &Env) -> bool {
+    dev_mode_requested(env) && config::dev_mode_refusal(true, &origin_url(env)).is_none()
+}
+
+fn dev_mode_requested(env: &Env) -> bool {
     env.var("DEV_MODE")
         .map(|v| v.to_string())
         .or_else(|_| env.secret("DEV_MODE").map(|v| v.to_string()))
@@ -480,19 +526,31 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         )
         .retry_after(secs));
     }
-    let resp = forward(
+    let mut resp = forward(
         env,
         req,
         Method::Post,
         &format!("/api/sales/{sale}/reservations"),
     )
     .await?;
-    if resp.status_code() == 410 {
+    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
         waiting::tell_sold_out(env, sale).await;
     }
     Ok(resp)
+}
+
+/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
+/// which is passed on untouched). See [`api::gone_means_sold_out`].
+async fn gone_says_sold_out(resp: &mut Response) -> bool {
+    match resp.cloned() {
+        Ok(mut copy) => copy
+            .bytes()
+            .await
+            .is_ok_and(|b| api::gone_means_sold_out(&b)),
+        Err(_) => false,
+    }
 }
 
 /// Reservation calls accept an `admit` or a `user` token; the origin checks

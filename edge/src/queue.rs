@@ -312,7 +312,10 @@ mod tests {
         // Place 90 was reached at the checkpoint of t = 150 s, so its window
         // ends at 270 s whenever the token is minted.
         s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
-        assert_eq!(view(Some(90), false, &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(
+            view(Some(90), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
         assert_eq!(admit_ttl_secs(90, &s, 200_000), 70);
         assert_eq!(admit_ttl_secs(90, &s, 269_999), 1);
         assert_eq!(admit_ttl_secs(90, &s, 270_000), 0);

@@ -11,9 +11,11 @@
 //! Invariants kept here:
 //! - one entry per account (`sub` is the primary key); a repeated join
 //!   returns the stored ticket;
-//! - an entry is in the pre-queue iff its arrival stamp is before
-//!   `starts_at` and the draw has not begun; stamps never decrease and never
-//!   fall in a second already reported (`places::Stamper`);
+//! - an entry is in the pre-queue iff its arrival stamp (the Worker's, when
+//!   believable: `queue::arrival_ms`) is before `starts_at` and the draw has
+//!   not begun (it begins `DRAW_GRACE_MS` after the start); stamps never
+//!   decrease and never fall in a second already reported
+//!   (`places::Stamper`);
 //! - the draw runs only in the alarm, one bounded step per alarm, its state
 //!   stored after each step (an evicted object resumes); no request runs
 //!   it, and no request waits longer than one step;
@@ -34,12 +36,16 @@ use crate::draw;
 use crate::glue::{now_ms, ring};
 use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
 use crate::places::{SecondReport, Stamper};
-use crate::queue::TICKET_TTL_SECS;
+use crate::queue::{self, TICKET_TTL_SECS};
 use crate::shard_draw::{self, DrawState, DrawStore, Limits};
 use crate::shards;
 
 /// Joins loaded by one bulk call at most (DEV_MODE hook).
 const BULK_MAX: u64 = 50_000;
+/// The draw begins this long after the start, so that a join pressed
+/// before the start and held up at the edge (its sale check waits at most
+/// 2 s on the origin) still lands in the pre-queue it belongs to.
+const DRAW_GRACE_MS: u64 = 3_000;
 /// After the end, arrivals are reported for this long, then the chain stops.
 const REPORT_AFTER_END_MS: u64 = 10_000;
 
@@ -94,6 +100,9 @@ struct JoinBody {
     shards: u32,
     starts_at_ms: u64,
     ends_at_ms: Option<u64>,
+    /// When the join reached the edge (believed within bounds).
+    #[serde(default)]
+    arrival_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -284,7 +293,8 @@ impl QueueShard {
     }
 
     async fn join(&self, sale: &str, b: JoinBody) -> ApiResult<Value> {
-        // The arrival is stamped before anything else (no await before it).
+        // The arrival is stamped before anything else (no await before it),
+        // from the Worker's stamp when believable (`queue::arrival_ms`).
         let now = now_ms();
         let sub = b.sub;
         if sub.is_empty() || sub.len() > 256 {
@@ -325,7 +335,7 @@ impl QueueShard {
             return Ok(json!({"ticket": t, "prequeue": pre}));
         }
         let mut stamper = self.stamper.get();
-        let t = stamper.stamp(now);
+        let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms));
         self.stamper.set(stamper);
         let starts = self.starts_at();
         let pre = t < starts && !self.draw_begun();
@@ -615,7 +625,7 @@ impl DurableObject for QueueShard {
         let now = now_ms();
         let starts = self.starts_at();
         let storage = self.state.storage();
-        if now >= starts {
+        if now >= starts.saturating_add(DRAW_GRACE_MS) {
             match self.draw_step().await {
                 Ok(false) => {
                     // Next step at once: requests queued meanwhile go first.

@@ -366,6 +366,12 @@ impl SaleQueue {
             fifo_through_ms: complete.map(|s| (s + 1) * 1000).unwrap_or(0),
             frontier_rate: rate,
             frontier_cap: cap.floor().max(0.0) as u64,
+            frontier_history: f
+                .checkpoints
+                .iter()
+                .filter(|(t, _)| now.saturating_sub(*t) < p.window_ms)
+                .copied()
+                .collect(),
         })
     }
 
