@@ -362,6 +362,18 @@ pub(crate) async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, b
         .ok_or_else(ApiError::origin_unavailable)
 }
 
+/// The origin's summary of `sale` if this isolate saw one in the last
+/// `max_age_ms` (no wait on the origin).
+pub(crate) fn recent_summary(sale: &str, max_age_ms: u64) -> Option<Value> {
+    let now = now_ms();
+    STALE_SUMMARY.with(|m| {
+        m.borrow()
+            .get(sale)
+            .filter(|(at, _)| now.saturating_sub(*at) < max_age_ms)
+            .map(|(_, v)| v.clone())
+    })
+}
+
 fn summary_says_sold_out(v: &Value) -> bool {
     v["sold_out"].as_bool() == Some(true)
         || v["phase"].as_str() == Some("sold_out")

@@ -42,10 +42,11 @@ use crate::shards;
 
 /// Joins loaded by one bulk call at most (DEV_MODE hook).
 const BULK_MAX: u64 = 50_000;
-/// The draw begins this long after the start, so that a join pressed
-/// before the start and held up at the edge (its sale check waits at most
-/// 2 s on the origin) still lands in the pre-queue it belongs to.
-const DRAW_GRACE_MS: u64 = 3_000;
+/// The draw begins this long after the start, so that a join pressed just
+/// before the start and still on its way from the Worker (which answers
+/// from its cached sale settings, never waiting on the origin for a sale it
+/// knows) lands in the pre-queue it belongs to.
+const DRAW_GRACE_MS: u64 = 1_000;
 /// After the end, arrivals are reported for this long, then the chain stops.
 const REPORT_AFTER_END_MS: u64 = 10_000;
 

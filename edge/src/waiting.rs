@@ -29,8 +29,8 @@ use worker::{Cache, Env, Method, Request, Response, js_sys};
 use crate::api::ApiError;
 use crate::draw;
 use crate::glue::{
-    bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, ring,
-    set_sold_out_local, sold_out_local,
+    bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
+    ring, set_sold_out_local, sold_out_local,
 };
 use crate::objects::{ApiResult, call_object, internal, query};
 use crate::places::{Arrival, SecondArrivals, ShardIndex, is_member, place_of};
@@ -91,10 +91,16 @@ fn parse_ms(v: &Value) -> Option<u64> {
         .map(|ms| ms.max(0.0) as u64)
 }
 
-/// The sale's settings from the origin's summary (cached ≤ 1 s; a 404
-/// refuses the join before any object exists for it).
+/// The sale's settings from the origin's summary: one this isolate saw in
+/// the last minute (sales do not disappear, and the queue settings are
+/// fixed once people may join), else the origin's (cached ≤ 1 s; a 404
+/// refuses the join before any object exists for it). A join never waits
+/// on a stalled origin for a sale this isolate knows.
 async fn sale_cfg(env: &Env, sale: &str) -> ApiResult<SaleCfg> {
-    let (v, _) = origin_summary(env, sale).await?;
+    let v = match recent_summary(sale, 60_000) {
+        Some(v) => v,
+        None => origin_summary(env, sale).await?.0,
+    };
     let starts_at_ms = parse_ms(&v["starts_at"])
         .ok_or_else(|| ApiError::new(502, "origin_error", "sale has no starts_at"))?;
     Ok(SaleCfg {
