@@ -131,7 +131,7 @@ test(`${N} accounts join before the start: pre-queue, no position, one ticket ea
   const st = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(accounts[0]).ticket });
   assert.equal(st.status, 200);
   assert.equal(st.body.status, 'prequeue');
-  const summary = await until(5000, async () => {
+  const summary = await until(15_000, async () => {
     const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
     return s.body.queue && s.body.queue.entries === N ? s : null;
   });
@@ -307,7 +307,10 @@ test('a person is admitted only when the frontier reaches them', async () => {
   assert.equal(c.typ, 'admit');
   assert.equal(c.sub, me.account);
   assert.equal(c.sale, SALE);
-  assert.equal(c.exp - c.iat, 120);
+  // A full window, less the poll interval: the window runs from when the
+  // frontier reached the place (extrapolated in the isolate), not from
+  // this poll.
+  assert.ok(c.exp - c.iat >= 118 && c.exp - c.iat <= 120, `admit token lives ${c.exp - c.iat} s`);
   me.admit = admitted.body.admission_token;
 });
 

@@ -240,12 +240,25 @@ pub fn view(
 /// in: the answer can only be too short, never too long. 0 means the window
 /// closes within the current second.
 pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    // Admitted by extrapolation (`frontier_at`) after the snapshot: the
+    // frontier reached the place at the extrapolated time, and the
+    // coordinator's checkpoint showing it comes no earlier than that.
+    let extrapolated = || {
+        let rate = s.frontier_rate;
+        if place > s.frontier && rate.is_finite() && rate > 0.0 {
+            let ms = ((place - s.frontier) as f64 / rate * 1000.0)
+                .ceil()
+                .min(1e12) as u64;
+            s.now_ms.saturating_add(ms).min(now_ms.max(s.now_ms))
+        } else {
+            s.now_ms
+        }
+    };
     let reached_ms = s
         .frontier_history
         .iter()
         .find(|(_, admitted)| *admitted >= place as f64)
-        .map_or(s.now_ms, |(t, _)| *t)
-        .min(s.now_ms);
+        .map_or_else(extrapolated, |(t, _)| (*t).min(s.now_ms));
     let end_secs = reached_ms.saturating_add(ADMIT_TTL_SECS * 1000) / 1000;
     end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
 }
@@ -333,6 +346,13 @@ mod tests {
         assert_eq!(admit_ttl_secs(100, &s, 205_000), 115);
         s.frontier_history.clear();
         assert_eq!(admit_ttl_secs(100, &s, 203_500), 117);
+        // Reached by extrapolation after the snapshot (10 places/s from
+        // 100 at 200 s: place 110 at 201 s): the window runs from then.
+        s.frontier_rate = 10.0;
+        s.frontier_cap = 1_000;
+        assert_eq!(admit_ttl_secs(110, &s, 201_000), 120);
+        assert_eq!(admit_ttl_secs(110, &s, 203_000), 118);
+        assert!(201 + 120 >= 203 + admit_ttl_secs(110, &s, 203_000));
         // A checkpoint after the snapshot (clock skew) cannot lengthen it.
         s.frontier_history = vec![(900_000, 100.0)];
         assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
