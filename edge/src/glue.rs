@@ -24,15 +24,15 @@ use serde_json::{Value, json};
 use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 use worker::{
     AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
-    Result, event, js_sys, web_sys,
+    Result, console_log, event, js_sys, web_sys,
 };
 
 use crate::api::{self, ApiError, Route};
-use crate::config;
 use crate::draw;
 use crate::limit::Limiter;
 use crate::objects::internal;
 use crate::waiting;
+use crate::{config, trace};
 
 /// How long the sold-out flag stands before it is rechecked.
 const SOLD_OUT_RECHECK_MS: u64 = 3_000;
@@ -464,13 +464,36 @@ async fn sold_out_known(env: &Env, sale: &str) -> bool {
 
 // -------------------------------------------------------------- forwarding
 
+/// Forwards to the origin with a request id (see [`trace::request_id`]),
+/// echoes it to the caller and logs one access line (`wrangler dev` and
+/// Workers logs show it).
 async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> ApiResult<Response> {
+    let started = now_ms();
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let rid = trace::request_id(
+        header("x-request-id").as_deref(),
+        header("cf-ray").as_deref(),
+        token::random_jti,
+    );
+    let log = |status: u16| {
+        console_log!(
+            "{}",
+            trace::access_line(
+                method.as_ref(),
+                path,
+                status,
+                now_ms().saturating_sub(started),
+                &rid
+            )
+        );
+    };
     let headers = Headers::new();
     for name in ["authorization", "idempotency-key", "content-type", "accept"] {
         if let Ok(Some(v)) = req.headers().get(name) {
             headers.set(name, &v).map_err(internal)?;
         }
     }
+    headers.set("x-request-id", &rid).map_err(internal)?;
     let mut init = RequestInit::new();
     init.with_method(method.clone()).with_headers(headers);
     if method == Method::Post {
@@ -487,10 +510,13 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
     }
     let url = format!("{}{}", origin_url(env), path);
     let out = Request::new_with_init(&url, &init).map_err(internal)?;
-    let mut resp = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS)
-        .await
-        .map_err(|_| ApiError::origin_unavailable())?;
+    let Ok(mut resp) = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS).await else {
+        let e = ApiError::origin_unavailable();
+        log(e.status);
+        return Err(e);
+    };
     let status = resp.status_code();
+    log(status);
     let body = resp.bytes().await.unwrap_or_default();
     let h = Headers::new();
     for name in [
@@ -504,6 +530,7 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
         }
     }
     h.set("cache-control", "no-store").map_err(internal)?;
+    h.set("x-request-id", &rid).map_err(internal)?;
     Ok(Response::from_bytes(body)
         .map_err(internal)?
         .with_status(status)
@@ -575,6 +602,13 @@ async fn forward_reservation(
 ) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
     let now = now_ms() / 1000;
+    if !token::is_v1(&token) {
+        // A JWT can only be a shop's user token.
+        ring(env, "USER_TOKEN_KEYS")?
+            .verify_user(&token, now)
+            .map_err(ApiError::token)?;
+        return forward(env, req, method, path).await;
+    }
     let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
         &token,
         Expect {
@@ -584,14 +618,7 @@ async fn forward_reservation(
         now,
     );
     if let Err(admit_err) = admit {
-        let user = ring(env, "USER_TOKEN_KEYS")?.verify(
-            &token,
-            Expect {
-                typ: TokenType::User,
-                sale: None,
-            },
-            now,
-        );
+        let user = ring(env, "USER_TOKEN_KEYS")?.verify_user(&token, now);
         if let Err(user_err) = user {
             // Report the more telling of the two refusals.
             let e = match admit_err {
