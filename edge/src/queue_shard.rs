@@ -642,13 +642,19 @@ impl DurableObject for QueueShard {
                 Err(e) => worker::console_error!("draw step: {}", e.message),
             }
         }
-        if let Err(e) = self.report(now).await {
+        let reported = self.report(now).await;
+        if let Err(e) = &reported {
             worker::console_error!("shard report: {}", e.message);
         }
         let ends = self.meta.u64("ends_at_ms").unwrap_or(u64::MAX);
         let next = if now < starts {
-            // Before the start only joins re-arm (counts); the start always.
-            Some(starts)
+            // Before the start joins re-arm (counts), a failed report is
+            // tried again in a second, and the start always comes.
+            Some(if reported.is_err() {
+                starts.min(now + 1_000)
+            } else {
+                starts
+            })
         } else if now < ends.saturating_add(REPORT_AFTER_END_MS) {
             Some(now - now % 1000 + 1_050)
         } else {
