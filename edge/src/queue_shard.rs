@@ -660,6 +660,13 @@ impl DurableObject for QueueShard {
         } else {
             None
         };
+        // A join during this alarm's awaits may have asked for an earlier
+        // alarm (its count must be reported): never push that one back.
+        let asked = self.alarm_at.get();
+        let next = match (next, asked) {
+            (Some(n), Some(a)) => Some(n.min(a)),
+            (n, a) => n.or(a),
+        };
         if let Some(at) = next {
             storage.set_alarm(at.saturating_sub(now) as i64).await?;
             self.alarm_at.set(Some(at));
