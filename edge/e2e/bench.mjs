@@ -39,7 +39,13 @@ function wrk(path, script, env = {}) {
 const SALE = `bench-${rid()}`;
 createSale({
   sale: SALE, name: 'bench', units: 100000, 'per-user-limit': 1, shards: 2,
-  'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2,
+  'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2, 'queue-shards': 1,
+});
+// The same joins against a sale whose queue has 8 shards (issue 20).
+const SALE8 = `bench8-${rid()}`;
+createSale({
+  sale: SALE8, name: 'bench 8 shards', units: 100000, 'per-user-limit': 1, shards: 2,
+  'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2, 'queue-shards': 8,
 });
 
 // Tickets to poll with (people who stay waiting: the rate is tiny).
@@ -80,6 +86,7 @@ end
 // each (the machine's background load drifts) and medians are reported.
 wrk('/api/ping');
 const joins = wrk(`/api/sales/${SALE}/queue`, joinLua, { TOKENS_FILE: tokensFile });
+const joins8 = wrk(`/api/sales/${SALE8}/queue`, joinLua, { TOKENS_FILE: tokensFile });
 await sleep(1500);
 const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
 const plains = [];
@@ -103,7 +110,8 @@ console.log('| what | req/s | × plain route | p50 ms | p99 ms | requests | non-
 console.log('|---|---|---|---|---|---|---|');
 for (const [name, r] of [
   ['plain-text route `GET /api/ping` (median of 3 runs)', { ...plain1, n: plains.reduce((n, r) => n + r.n, 0), bad: plains.reduce((n, r) => n + r.bad, 0) }],
-  ['join `POST /api/sales/{sale}/queue` (new account: DO write + ticket)', joins],
+  ['join `POST /api/sales/{sale}/queue`, queue of 1 shard (new account: one shard write + ticket)', joins],
+  ['join, the same accounts, queue of 8 shards', joins8],
   ['status poll `GET /api/sales/{sale}/queue` (median of 3 runs, alternating with the plain route)', { ...polls, bad: pollRuns.reduce((n, r) => n + r.bad, 0) }],
 ]) {
   console.log(`| ${name} | ${f(r.rps)} | ${f(r.rps / plain, 2)} | ${f(r.p50, 1)} | ${f(r.p99, 1)} | ${r.n} | ${r.bad} |`);

@@ -76,7 +76,11 @@ export function origin(...args) {
   return execFileSync(ORIGIN_BIN, args, { encoding: 'utf8', env: process.env, timeout: 30000 });
 }
 
+/** Queue shards the e2e sales get (scripts/test runs the suite with 1 and 8). */
+export const QUEUE_SHARDS = Number(process.env.EDGE_QUEUE_SHARDS || 1);
+
 export function createSale(opts) {
+  if (opts['queue-shards'] === undefined) opts = { ...opts, 'queue-shards': QUEUE_SHARDS };
   const args = ['sale', 'create'];
   for (const [k, v] of Object.entries(opts)) args.push(`--${k}`, String(v));
   const out = origin(...args);
@@ -176,4 +180,27 @@ export async function startEdge({ originUrl, devVars }) {
     throw new Error(`wrangler dev on ${url} did not answer (${up}); log: ${readFileSync(log, 'utf8').slice(-2000)}`);
   }
   return { url, log, stop };
+}
+
+/** The account's queue shard, as the edge computes it (edge/src/shards.rs). */
+export function shardOf(account, shards) {
+  const h = createHash('sha256').update(`fs-shard:${account}`).digest().readBigUInt64BE(0);
+  return Number((h * BigInt(shards)) >> 64n);
+}
+
+/**
+ * Polls a ticket's status until it carries a place (a join after the start
+ * learns it once every shard has reported that second: ~1-3 s). Returns the
+ * last status body; its ticket carries the place.
+ */
+export async function placeOf(sale, ticket, ms = 15000) {
+  let last;
+  await until(ms, async () => {
+    const r = await call('GET', `${EDGE}/api/sales/${sale}/queue`, { token: ticket });
+    if (r.status !== 200) throw new Error(`status ${r.status}: ${JSON.stringify(r.body)}`);
+    last = r.body;
+    if (r.body.ticket) ticket = r.body.ticket;
+    return r.body.place != null;
+  }, 250);
+  return last;
 }

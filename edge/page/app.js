@@ -44,6 +44,8 @@
       prequeue_t: 'Your place in line is drawn at {time}. Everyone who joins before then has the same chance: arriving early gives no advantage.',
       drawing_h: 'Drawing the order',
       drawing_t: 'The order of the pre-queue is being drawn right now. Your place appears in a moment.',
+      placing_h: 'You are in line',
+      placing_t: 'Your place in line is being confirmed (a second or two).',
       waiting_h: 'Your place in line: {place}',
       waiting_t: 'People ahead of you: {ahead}. Estimated wait: {range}.',
       unknown: 'unknown',
@@ -105,6 +107,8 @@
       prequeue_t: 'Thứ tự của bạn sẽ được bốc thăm lúc {time}. Ai vào trước giờ đó đều có cơ hội như nhau: đến sớm không được ưu tiên.',
       drawing_h: 'Đang bốc thăm thứ tự',
       drawing_t: 'Thứ tự hàng chờ đang được bốc thăm. Vị trí của bạn sẽ hiện ra trong giây lát.',
+      placing_h: 'Bạn đã vào hàng chờ',
+      placing_t: 'Vị trí của bạn đang được xác nhận (một hai giây).',
       waiting_h: 'Vị trí của bạn: {place}',
       waiting_t: 'Số người phía trước: {ahead}. Thời gian chờ ước tính: {range}.',
       unknown: 'chưa rõ',
@@ -547,6 +551,8 @@
       setState(kind, 'prequeue', t('prequeue_h'), t('prequeue_t', { time: clock(at) }));
     } else if (kind === 'drawing') {
       setState(kind, 'prequeue', t('drawing_h'), t('drawing_t'));
+    } else if (kind === 'waiting' && x.place == null) {
+      setState(kind, 'waiting', t('placing_h'), t('placing_t'));
     } else if (kind === 'waiting') {
       const eta = x.eta_seconds;
       const range = eta == null ? t('unknown') : `${dur(eta * 0.8)} – ${dur(eta * 1.3 + 5)}`;

@@ -34,6 +34,8 @@ pub enum Route {
     DevToken,
     /// Dev mode only: complete a payment with the origin's dev provider.
     DevPayment(String),
+    /// Dev mode only: bulk-load synthetic pre-queue entrants into a sale.
+    DevBulk(String),
     MethodNotAllowed,
     NotFound,
 }
@@ -106,6 +108,7 @@ pub fn route(method: &str, path: &str) -> Route {
         ["sales", s] => want("GET", id(s, Route::Page)),
         ["api", "dev", "token"] => want("POST", Route::DevToken),
         ["api", "dev", "payments", p, "complete"] => want("POST", rid(p, Route::DevPayment)),
+        ["api", "dev", "sales", s, "bulk"] => want("POST", id(s, Route::DevBulk)),
         _ => Route::NotFound,
     }
 }
@@ -251,6 +254,11 @@ mod tests {
             Route::ReservationGet(id.into())
         );
         assert_eq!(route("POST", "/api/dev/token"), Route::DevToken);
+        assert_eq!(
+            route("POST", "/api/dev/sales/d-1/bulk"),
+            Route::DevBulk("d-1".into())
+        );
+        assert_eq!(route("POST", "/api/dev/sales/a.b/bulk"), Route::NotFound);
         assert_eq!(
             route("POST", &format!("/api/dev/payments/{id}/complete")),
             Route::DevPayment(id.into())

@@ -73,6 +73,23 @@ impl Frontier {
             .unwrap_or(0.0)
     }
 
+    /// How far the frontier may go with these inputs (people placed, the
+    /// inventory cap), and the rate it moves at meanwhile (0: it cannot).
+    pub fn ceiling(&self, p: Params, inp: Inputs) -> (f64, f64) {
+        let expired = self.expired_at(inp.now_ms, p.window_ms);
+        let inventory_cap = match inp.units_available {
+            Some(units) => expired + p.factor.max(0.0) * units as f64,
+            None => self.admitted,
+        };
+        let cap = (inp.placed as f64).min(inventory_cap).max(self.admitted);
+        let moving = inp.now_ms >= inp.starts_at_ms
+            && !inp.sold_out
+            && p.rate.is_finite()
+            && p.rate > 0.0
+            && cap > self.admitted;
+        (cap, if moving { p.rate } else { 0.0 })
+    }
+
     /// Advances the frontier to `inp.now_ms`.
     pub fn advance(&mut self, p: Params, inp: Inputs) {
         if inp.now_ms < inp.starts_at_ms {
@@ -206,6 +223,24 @@ mod tests {
         let e = f.expired_at(400_000, P.window_ms);
         assert!((1790.0..=1800.0).contains(&e), "{e}");
         assert!(f.checkpoints.len() <= 125, "history is pruned");
+    }
+
+    #[test]
+    fn ceiling_is_what_advance_reaches() {
+        let mut f = Frontier::default();
+        f.advance(P, inp(100_300, 1000, Some(3), false));
+        let (cap, rate) = f.ceiling(P, inp(100_300, 1000, Some(3), false));
+        assert_eq!((cap, rate), (6.0, 10.0));
+        let mut g = f.clone();
+        g.advance(P, inp(110_000, 1000, Some(3), false));
+        assert_eq!(g.admitted, cap);
+        assert_eq!(
+            g.ceiling(P, inp(110_000, 1000, Some(3), false)).1,
+            0.0,
+            "at the cap"
+        );
+        assert_eq!(f.ceiling(P, inp(100_300, 1000, Some(3), true)).1, 0.0);
+        assert_eq!(f.ceiling(P, inp(50_000, 1000, Some(3), false)).1, 0.0);
     }
 
     #[test]

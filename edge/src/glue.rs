@@ -1,17 +1,14 @@
-//! Worker glue (Wasm only): the `fetch` event, isolate-memory caches, the
-//! Cache API, and forwarding to the origin.
+//! Worker glue (Wasm only): the `fetch` event, routing, key rings, the
+//! sale summary and sold-out caches, and forwarding to the origin. The queue
+//! routes live in `waiting`.
 //!
-//! Role: wire requests to the pure modules and to the `SaleQueue` object.
 //! Invariants kept here:
-//! - a status poll in steady state is a ticket check plus arithmetic on a
-//!   queue snapshot cached in isolate memory for at most 1 s: it does not
-//!   reach the Durable Object;
 //! - the origin's sale summary is cached (Cache API) for at most 1 s and a
 //!   stale copy is served, marked, when the origin sheds or fails;
 //! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
-//!   other 410; the summary; or the queue object) reservations get 410 here
-//!   without an origin request; the flag lives 3 s and is then rechecked
-//!   against the summary, never by sending a reservation;
+//!   other 410; the summary; or the queue coordinator) reservations get 410 here without an origin
+//!   request; the flag lives 3 s and is then rechecked against the summary,
+//!   never by sending a reservation;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
 //! - every answer is JSON with the documented error shape; no input panics;
 //! - misconfigured (key rings missing, malformed or sharing a secret) the
@@ -24,24 +21,19 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use token::{Claims, Expect, KeyRing, TicketData, TokenError, TokenType};
+use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 use worker::{
     AbortSignal, Cache, Context, Env, Fetch, Headers, Method, Request, RequestInit, Response,
     Result, console_log, event, js_sys, web_sys,
 };
 
 use crate::api::{self, ApiError, Route};
+use crate::draw;
 use crate::limit::Limiter;
-use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
-use crate::{config, draw, trace};
+use crate::objects::internal;
+use crate::waiting;
+use crate::{config, trace};
 
-/// How long a queue snapshot is reused from isolate memory.
-const SNAPSHOT_TTL_MS: u64 = 1_000;
-/// From this age on, one request refreshes the snapshot while the others
-/// keep using the cached one (single flight: no herd on the object).
-const SNAPSHOT_REFRESH_MS: u64 = 900;
-/// How long a stale snapshot may stand in when the object cannot answer.
-const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// How long the sold-out flag stands before it is rechecked.
 const SOLD_OUT_RECHECK_MS: u64 = 3_000;
 /// Stale sale summaries are served for up to this long when the origin fails.
@@ -59,9 +51,6 @@ thread_local! {
     /// The (user, admission) rings last found apart, so the check is one
     /// pointer comparison per request until a secret changes.
     static RINGS_APART: RefCell<Option<(Rc<KeyRing>, Rc<KeyRing>)>> = const { RefCell::new(None) };
-    static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
-    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
-    static BUCKETS: RefCell<HashMap<String, Rc<Bucket>>> = RefCell::new(HashMap::new());
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
     /// Reservations one account may send to the origin: 10 per 10 s.
@@ -102,7 +91,7 @@ pub(crate) fn ring(env: &Env, name: &'static str) -> ApiResult<Rc<KeyRing>> {
     Ok(parsed)
 }
 
-fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
+pub(crate) fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
     let headers = Headers::new();
     headers.set("content-type", "application/json; charset=utf-8")?;
     headers.set("cache-control", cache)?;
@@ -123,11 +112,7 @@ fn error_response(e: &ApiError) -> Result<Response> {
         .with_headers(headers))
 }
 
-fn internal(e: worker::Error) -> ApiError {
-    ApiError::new(500, "internal", format!("edge error: {e}"))
-}
-
-fn bearer_of(req: &Request) -> ApiResult<String> {
+pub(crate) fn bearer_of(req: &Request) -> ApiResult<String> {
     let h = req.headers().get("authorization").ok().flatten();
     api::bearer(h.as_deref())
         .map(str::to_string)
@@ -188,9 +173,9 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Health => health(&env),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
-        Route::Join(sale) => join(&env, &req, &sale).await,
-        Route::Status(sale) => status(&env, &req, &sale).await,
-        Route::Draw(sale) => draw_audit(&env, &req, &sale).await,
+        Route::Join(sale) => waiting::join(&env, &req, &sale).await,
+        Route::Status(sale) => waiting::status(&env, &req, &sale).await,
+        Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
             forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await
@@ -224,7 +209,8 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             )
             .await
         }
-        Route::DevToken | Route::DevPayment(_) => Err(ApiError::not_found()),
+        Route::DevBulk(sale) if dev_mode(&env) => waiting::bulk(&env, req, &sale).await,
+        Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) => Err(ApiError::not_found()),
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
         Route::NotFound => Err(ApiError::not_found()),
     };
@@ -311,323 +297,13 @@ async fn dev_token(env: &Env, mut req: Request) -> ApiResult<Response> {
     .map_err(internal)
 }
 
-// ---------------------------------------------------------------- the queue
-
-/// The `SaleQueue` object of a sale.
-fn queue_stub(env: &Env, sale: &str) -> ApiResult<worker::Stub> {
-    env.durable_object("SALE_QUEUE")
-        .and_then(|ns| ns.id_from_name(sale).and_then(|id| id.get_stub()))
-        .map_err(internal)
-}
-
-/// Calls the sale's object; maps its JSON errors through.
-pub(crate) async fn call_queue(
-    env: &Env,
-    sale: &str,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-) -> ApiResult<Value> {
-    let stub = queue_stub(env, sale)?;
-    let headers = Headers::new();
-    headers.set("x-sale", sale).map_err(internal)?;
-    headers
-        .set("content-type", "application/json")
-        .map_err(internal)?;
-    let mut init = RequestInit::new();
-    init.with_method(method).with_headers(headers);
-    if let Some(b) = body {
-        init.with_body(Some(b.to_string().into()));
-    }
-    let req =
-        Request::new_with_init(&format!("https://sale-queue{path}"), &init).map_err(internal)?;
-    let mut resp = stub.fetch_with_request(req).await.map_err(|_| {
-        ApiError::new(503, "queue_unavailable", "the queue is busy, try again").retry_after(1)
-    })?;
-    let status = resp.status_code();
-    let text = resp.text().await.map_err(internal)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|_| ApiError::new(502, "queue_error", "the queue answered garbage"))?;
-    if status >= 400 {
-        let code = v["error"]["code"].as_str().unwrap_or("queue_error");
-        let msg = v["error"]["message"].as_str().unwrap_or("queue error");
-        let mut e = ApiError::new(status, code, msg);
-        if status == 503 {
-            e = e.retry_after(1);
-        }
-        return Err(e);
-    }
-    Ok(v)
-}
-
-fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
-    let s = Rc::new(s);
-    let sale = s.sale.clone();
-    if s.sold_out {
-        set_sold_out_local(&sale);
-    }
-    SNAPSHOTS.with(|m| bounded_insert(&mut m.borrow_mut(), sale, (now_ms(), s.clone())));
-    s
-}
-
-/// The queue snapshot from isolate memory: fresh for 0.9 s; from then on a
-/// single request refreshes it from the object while the others go on
-/// using the cached one (at most 1 s plus one object round trip old).
-async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
-    let now = now_ms();
-    let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
-    let in_flight = REFRESHING.with(|m| {
-        m.borrow()
-            .get(sale)
-            .is_some_and(|t| now.saturating_sub(*t) < 2 * SNAPSHOT_TTL_MS)
-    });
-    if let Some((at, s)) = &cached {
-        let age = now.saturating_sub(*at);
-        if age < SNAPSHOT_REFRESH_MS || (in_flight && age < 3 * SNAPSHOT_TTL_MS) {
-            return Ok(s.clone());
-        }
-    }
-    REFRESHING.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
-    let got = call_queue(env, sale, Method::Get, "/snapshot", None).await;
-    REFRESHING.with(|m| m.borrow_mut().remove(sale));
-    match got {
-        Ok(v) => {
-            let s: Snapshot = serde_json::from_value(v)
-                .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
-            Ok(remember_snapshot(s))
-        }
-        Err(e) if e.status >= 500 => match cached {
-            // People keep their place and see `waiting`, not an error page.
-            Some((at, s)) if now.saturating_sub(at) < SNAPSHOT_STALE_MS => Ok(s),
-            _ => Err(e),
-        },
-        Err(e) => Err(e),
-    }
-}
-
-#[derive(Deserialize)]
-struct Placed {
-    ticket: String,
-    place: Option<u64>,
-    snapshot: Snapshot,
-}
-
-fn status_body(
-    env: &Env,
-    sale: &str,
-    sub: &str,
-    ticket: &str,
-    place: Option<u64>,
-    snap: &Snapshot,
-) -> ApiResult<Value> {
-    let now = now_ms();
-    let mut s = snap.clone();
-    s.sold_out = s.sold_out || sold_out_local(sale);
-    let v = queue::view(place, &s, now, js_sys::Math::random());
-    let mut body = json!({
-        "ticket": ticket,
-        "status": v.status,
-        "place": v.place,
-        "position": v.position,
-        "ahead": v.ahead,
-        "eta_seconds": v.eta_seconds,
-        "poll_after_ms": v.poll_after_ms,
-        "starts_at_ms": s.starts_at_ms,
-    });
-    if v.status == Status::Admitted
-        && let Some(p) = place
-    {
-        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
-        // Never past the end of the admission window, however often the
-        // person re-polls.
-        let claims = Claims::new(
-            TokenType::Admit,
-            sub,
-            Some(sale.to_string()),
-            now / 1000,
-            queue::admit_ttl_secs(p, &s, now),
-        );
-        body["admission_token"] = json!(ring.sign(&claims));
-        body["admission_expires_at"] = json!(claims.exp);
-        // The page counts down to the window's end, not the token's.
-        body["window_ends_at_ms"] = json!(queue::window_ends_at_ms(p, &s));
-    }
-    Ok(body)
-}
-
-async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    // The press is judged by when it reached the edge (the object places it
-    // by this stamp, see `queue::arrival_ms`), not after the waits below.
-    let arrival = now_ms();
-    let token = bearer_of(req)?;
-    let users = ring(env, "USER_TOKEN_KEYS")?;
-    // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
-    let claims = users
-        .verify_user(&token, now_ms() / 1000)
-        .map_err(ApiError::token)?;
-    // A join is the one call that creates a sale's object (and its seed):
-    // not for a sale that does not exist.
-    ensure_sale_exists(env, sale).await?;
-    let path = format!("/join?sub={}&arrival_ms={arrival}", urlencode(&claims.sub));
-    let v = call_queue(env, sale, Method::Post, &path, None).await?;
-    let p: Placed =
-        serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
-    let snap = remember_snapshot(p.snapshot);
-    let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
-    json_response(200, &body, "no-store").map_err(internal)
-}
-
-async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    let token = bearer_of(req)?;
-    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    let claims = tickets
-        .verify(
-            &token,
-            Expect {
-                typ: TokenType::Ticket,
-                sale: Some(sale),
-            },
-            now_ms() / 1000,
-        )
-        .map_err(ApiError::token)?;
-    let place = claims.tkt.as_ref().and_then(|t| t.place);
-    let snap = snapshot(env, sale).await?;
-    if place.is_none()
-        && snap.drawn
-        && let Some(p) = place_from_bucket(env, sale, &claims.sub, &snap).await
-    {
-        // Once per person after the draw: the place, read off the cached
-        // bucket of the drawn order, goes into a fresh ticket.
-        let seq = claims.tkt.as_ref().map(|t| t.seq).unwrap_or(0);
-        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
-        let fresh = Claims::new(
-            TokenType::Ticket,
-            claims.sub.as_str(),
-            Some(sale.to_string()),
-            now_ms() / 1000,
-            TICKET_TTL_SECS,
-        )
-        .with_ticket(TicketData {
-            seq,
-            place: Some(p),
-        });
-        let ticket = ring.sign(&fresh);
-        let body = status_body(env, sale, &claims.sub, &ticket, Some(p), &snap)?;
-        return json_response(200, &body, "no-store").map_err(internal);
-    }
-    if place.is_none() && snap.drawn {
-        // Fallback (bucket unavailable): ask the object.
-        let path = format!("/place?sub={}", urlencode(&claims.sub));
-        let v = call_queue(env, sale, Method::Get, &path, None).await?;
-        let p: Placed = serde_json::from_value(v)
-            .map_err(|_| ApiError::new(502, "queue_error", "bad place"))?;
-        let snap = remember_snapshot(p.snapshot);
-        let body = status_body(env, sale, &claims.sub, &p.ticket, p.place, &snap)?;
-        return json_response(200, &body, "no-store").map_err(internal);
-    }
-    let body = status_body(env, sale, &claims.sub, &token, place, &snap)?;
-    json_response(200, &body, "no-store").map_err(internal)
-}
-
-/// The drawn place of `sub` from the bucket its draw value falls in:
-/// isolate memory, then the Cache API (buckets never change once drawn),
-/// then the object. None if anything is missing (the caller falls back).
-async fn place_from_bucket(env: &Env, sale: &str, sub: &str, snap: &Snapshot) -> Option<u64> {
-    let seed = snap.seed.as_deref()?;
-    let key = draw::draw_key(seed, sub);
-    let b = draw::bucket_of(&key, snap.buckets.max(1))?;
-    let id = format!("{sale}/{}/{b}", snap.commitment);
-    let cached = BUCKETS.with(|m| m.borrow().get(&id).cloned());
-    let bucket = match cached {
-        Some(x) => x,
-        None => {
-            let ck = cache_key("bucket", &id);
-            let from_cache = match Cache::default().get(ck.as_str(), false).await {
-                Ok(Some(mut r)) => r
-                    .text()
-                    .await
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<Bucket>(&t).ok()),
-                _ => None,
-            };
-            let bucket = match from_cache {
-                Some(x) => x,
-                None => {
-                    let v = call_queue(env, sale, Method::Get, &format!("/bucket?i={b}"), None)
-                        .await
-                        .ok()?;
-                    let text = v.to_string();
-                    let x: Bucket = serde_json::from_value(v).ok()?;
-                    cache_put_json(&ck, 200, &text, 86_400).await;
-                    x
-                }
-            };
-            let x = Rc::new(bucket);
-            BUCKETS.with(|m| {
-                let mut m = m.borrow_mut();
-                if m.len() >= 256 {
-                    m.clear();
-                }
-                m.insert(id, x.clone());
-            });
-            x
-        }
-    };
-    draw::place_in_bucket(bucket.first_place, &bucket.keys, &key)
-}
-
-#[derive(Deserialize)]
-struct Bucket {
-    first_place: u64,
-    keys: Vec<String>,
-}
-
-fn urlencode(s: &str) -> String {
-    js_sys::encode_uri_component(s).into()
-}
-
-/// Unknown sales are refused before a queue object is created for them
-/// (a sale seen in the last minute is taken as existing; the origin's
-/// answer, positive or negative, is cached for a second). With the origin
-/// down and nothing cached the call goes through: the object of a known
-/// sale serves from its storage, and one for an unknown sale refuses
-/// (it cannot load settings) — having stored its seed.
-async fn ensure_sale_exists(env: &Env, sale: &str) -> ApiResult<()> {
-    // Sales do not disappear: a summary seen in the last minute is enough.
-    let now = now_ms();
-    let seen = STALE_SUMMARY.with(|m| {
-        m.borrow()
-            .get(sale)
-            .is_some_and(|(at, _)| now.saturating_sub(*at) < 60_000)
-    });
-    if seen {
-        return Ok(());
-    }
-    match origin_summary(env, sale).await {
-        Err(e) if e.code == "sale_not_found" => Err(e),
-        // Origin down: the object keeps serving known sales from its storage.
-        _ => Ok(()),
-    }
-}
-
-async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
-    ensure_sale_exists(env, sale).await?;
-    let url = req.url().map_err(internal)?;
-    let path = match url.query() {
-        Some(q) => format!("/draw?{q}"),
-        None => "/draw".to_string(),
-    };
-    let v = call_queue(env, sale, Method::Get, &path, None).await?;
-    json_response(200, &v, "public, max-age=5").map_err(internal)
-}
-
 // ------------------------------------------------------------ sale summary
 
-fn cache_key(kind: &str, sale: &str) -> String {
+pub(crate) fn cache_key(kind: &str, sale: &str) -> String {
     format!("{CACHE_HOST}/{kind}/{sale}")
 }
 
-async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
+pub(crate) async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
     let Ok(headers) = (|| -> Result<Headers> {
         let h = Headers::new();
         h.set("content-type", "application/json")?;
@@ -645,7 +321,7 @@ async fn cache_put_json(key: &str, status: u16, body: &str, max_age: u32) {
 
 /// The origin's sale summary: Cache API (≤ 1 s), then origin, then a stale
 /// copy from isolate memory. Returns the JSON and whether it is stale.
-async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
+pub(crate) async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
     let key = cache_key("summary", sale);
     if let Ok(Some(mut r)) = Cache::default().get(key.as_str(), false).await {
         let st = r.status_code();
@@ -697,6 +373,18 @@ async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, bool)> {
         .ok_or_else(ApiError::origin_unavailable)
 }
 
+/// The origin's summary of `sale` if this isolate saw one in the last
+/// `max_age_ms` (no wait on the origin).
+pub(crate) fn recent_summary(sale: &str, max_age_ms: u64) -> Option<Value> {
+    let now = now_ms();
+    STALE_SUMMARY.with(|m| {
+        m.borrow()
+            .get(sale)
+            .filter(|(at, _)| now.saturating_sub(*at) < max_age_ms)
+            .map(|(_, v)| v.clone())
+    })
+}
+
 fn summary_says_sold_out(v: &Value) -> bool {
     v["sold_out"].as_bool() == Some(true)
         || v["phase"].as_str() == Some("sold_out")
@@ -709,8 +397,9 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
         set_sold_out(sale).await;
     }
     // Queue figures are best effort: the summary stands without them.
-    if let Ok(s) = snapshot(env, sale).await {
+    if let Ok(s) = waiting::snapshot_within(env, sale, 900).await {
         body["queue"] = json!({
+            "shards": s.shards,
             "entries": s.entries,
             "prequeue": s.prequeue,
             "placed": s.placed,
@@ -733,12 +422,12 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
 
 // ------------------------------------------------------------ sold-out flag
 
-fn set_sold_out_local(sale: &str) {
+pub(crate) fn set_sold_out_local(sale: &str) {
     let now = now_ms();
     SOLD_OUT.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
 }
 
-fn sold_out_local(sale: &str) -> bool {
+pub(crate) fn sold_out_local(sale: &str) -> bool {
     let now = now_ms();
     SOLD_OUT.with(|m| {
         m.borrow()
@@ -897,7 +586,7 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
     if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
-        let _ = call_queue(env, sale, Method::Post, "/sold_out", Some(json!({}))).await;
+        waiting::tell_sold_out(env, sale).await;
     }
     Ok(resp)
 }

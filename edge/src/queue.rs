@@ -57,20 +57,53 @@ pub struct Snapshot {
     pub seed: Option<String>,
     /// Requests the object has served (for the benchmark of DO calls/poll).
     pub do_requests: u64,
-    /// Buckets the draw is served in (0 before the draw); see `draw`.
+    /// Queue shards (Durable Objects) of the sale.
+    #[serde(default = "one")]
+    pub shards: u32,
+    /// Arrivals after the start stamped before this (unix ms) have been
+    /// reported by every shard: their places are final.
     #[serde(default)]
-    pub buckets: u64,
+    pub fifo_through_ms: u64,
     /// Frontier checkpoints `(unix ms, admitted)` younger than one window:
     /// when each place still in its window was reached (see
     /// [`admit_ttl_secs`]).
     #[serde(default)]
     pub frontier_history: Vec<(u64, f64)>,
+    /// The frontier moves on from `frontier` at `now_ms` at this many places
+    /// a second (0 while it cannot move) up to `frontier_cap`: an isolate
+    /// extrapolates it between snapshots (`frontier_at`).
+    #[serde(default)]
+    pub frontier_rate: f64,
+    #[serde(default)]
+    pub frontier_cap: u64,
+}
+
+/// The frontier at `now_ms` from a snapshot taken earlier: its checkpoint
+/// plus its rate, never past its cap, never below the checkpoint. The
+/// coordinator advances by the same rule, so this is never ahead of it
+/// (unless the sale sold out meanwhile, which the sold-out flag covers).
+pub fn frontier_at(s: &Snapshot, now_ms: u64) -> u64 {
+    let rate = if s.frontier_rate.is_finite() && s.frontier_rate > 0.0 {
+        s.frontier_rate
+    } else {
+        0.0
+    };
+    let dt = now_ms.saturating_sub(s.now_ms) as f64 / 1000.0;
+    let moved = (s.frontier as f64 + rate * dt).floor();
+    let cap = s.frontier_cap.max(s.frontier) as f64;
+    moved.min(cap).max(s.frontier as f64) as u64
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Prequeue,
+    /// The start has come and the pre-queue is being drawn (seconds).
+    Drawing,
     Waiting,
     Admitted,
     SoldOut,
@@ -101,9 +134,22 @@ fn jittered(base_ms: u64, jitter: f64) -> u64 {
     ((base_ms as f64) * (0.8 + 0.4 * j)) as u64
 }
 
-/// The status of the holder of a ticket with `place` (None: pre-queue ticket
-/// not yet drawn). `jitter` is a uniform random number in `[0, 1)`.
-pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View {
+/// The status of the holder of a ticket with `place` (None: not known yet —
+/// a pre-queue ticket before or during the draw, or an arrival after the
+/// start that not every shard has reported yet, `after_start`). `jitter` is
+/// a uniform random number in `[0, 1)`.
+pub fn view(
+    place: Option<u64>,
+    after_start: bool,
+    snap: &Snapshot,
+    now_ms: u64,
+    jitter: f64,
+) -> View {
+    let frontier = frontier_at(snap, now_ms);
+    let s = &Snapshot {
+        frontier,
+        ..snap.clone()
+    };
     let closed = s.closed || s.ends_at_ms.is_some_and(|e| now_ms >= e);
     let (position, ahead) = match place {
         Some(p) if p > s.frontier => (Some(p - s.frontier), Some(p - s.frontier - 1)),
@@ -127,6 +173,17 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
         // Units may come back (expired holds): keep checking, gently.
         v.status = Status::SoldOut;
         v.poll_after_ms = jittered(7_500, jitter);
+        return v;
+    }
+    if place.is_none() && (after_start || now_ms >= s.starts_at_ms) {
+        // The place is seconds away (the draw runs in steps, arrivals are
+        // reported once a second): ask again soon.
+        v.status = if after_start {
+            Status::Waiting
+        } else {
+            Status::Drawing
+        };
+        v.poll_after_ms = jittered(1_500, jitter);
         return v;
     }
     let Some(p) = place else {
@@ -178,16 +235,28 @@ pub fn view(place: Option<u64>, s: &Snapshot, now_ms: u64, jitter: f64) -> View 
 /// ([`ADMIT_TTL_SECS`]) after the first checkpoint whose frontier reached
 /// the place (that is when `expired` passes it). If no checkpoint in the
 /// snapshot shows it yet, the one that will is taken no earlier than the
-/// snapshot, so the snapshot's time stands in: the answer can only be too
-/// early, never too late. The page counts down to this, so a re-poll (which
-/// re-mints the token) never moves the countdown back up.
-pub fn window_ends_at_ms(place: u64, s: &Snapshot) -> u64 {
+/// snapshot, so the snapshot's time stands in — or, for a place admitted by
+/// extrapolating the frontier past the snapshot (`frontier_at`), the
+/// extrapolated time it was reached (never later than `now_ms`): the answer
+/// can only be too early, never too late. The page counts down to this, so
+/// a re-poll (which re-mints the token) never moves the countdown back up.
+pub fn window_ends_at_ms(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    let extrapolated = || {
+        let rate = s.frontier_rate;
+        if place > s.frontier && rate.is_finite() && rate > 0.0 {
+            let ms = ((place - s.frontier) as f64 / rate * 1000.0)
+                .ceil()
+                .min(1e12) as u64;
+            s.now_ms.saturating_add(ms).min(now_ms.max(s.now_ms))
+        } else {
+            s.now_ms
+        }
+    };
     let reached_ms = s
         .frontier_history
         .iter()
         .find(|(_, admitted)| *admitted >= place as f64)
-        .map_or(s.now_ms, |(t, _)| *t)
-        .min(s.now_ms);
+        .map_or_else(extrapolated, |(t, _)| (*t).min(s.now_ms));
     reached_ms.saturating_add(ADMIT_TTL_SECS * 1000)
 }
 
@@ -196,7 +265,7 @@ pub fn window_ends_at_ms(place: u64, s: &Snapshot) -> u64 {
 /// end of the admission window ([`window_ends_at_ms`]). 0 means the window
 /// closes within the current second.
 pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
-    let end_secs = window_ends_at_ms(place, s) / 1000;
+    let end_secs = window_ends_at_ms(place, s, now_ms) / 1000;
     end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
 }
 
@@ -248,8 +317,11 @@ mod tests {
             commitment: "c".into(),
             seed: Some("s".into()),
             do_requests: 0,
-            buckets: 1,
+            shards: 1,
+            fifo_through_ms: 0,
             frontier_history: vec![],
+            frontier_rate: 0.0,
+            frontier_cap: 100,
         }
     }
 
@@ -259,7 +331,10 @@ mod tests {
         // Place 90 was reached at the checkpoint of t = 150 s, so its window
         // ends at 270 s whenever the token is minted.
         s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
-        assert_eq!(view(Some(90), &s, 200_000, 0.5).status, Status::Admitted);
+        assert_eq!(
+            view(Some(90), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
         assert_eq!(admit_ttl_secs(90, &s, 200_000), 70);
         assert_eq!(admit_ttl_secs(90, &s, 269_999), 1);
         assert_eq!(admit_ttl_secs(90, &s, 270_000), 0);
@@ -277,6 +352,13 @@ mod tests {
         assert_eq!(admit_ttl_secs(100, &s, 205_000), 115);
         s.frontier_history.clear();
         assert_eq!(admit_ttl_secs(100, &s, 203_500), 117);
+        // Reached by extrapolation after the snapshot (10 places/s from
+        // 100 at 200 s: place 110 at 201 s): the window runs from then.
+        s.frontier_rate = 10.0;
+        s.frontier_cap = 1_000;
+        assert_eq!(admit_ttl_secs(110, &s, 201_000), 120);
+        assert_eq!(admit_ttl_secs(110, &s, 203_000), 118);
+        assert!(201 + 120 >= 203 + admit_ttl_secs(110, &s, 203_000));
         // A checkpoint after the snapshot (clock skew) cannot lengthen it.
         s.frontier_history = vec![(900_000, 100.0)];
         assert_eq!(admit_ttl_secs(100, &s, 200_000), 120);
@@ -287,24 +369,26 @@ mod tests {
     fn the_window_end_stays_put_across_polls() {
         let mut s = snap();
         s.frontier_history = vec![(130_000, 60.0), (150_000, 95.0), (190_000, 98.0)];
-        assert_eq!(window_ends_at_ms(90, &s), 270_000);
-        assert_eq!(window_ends_at_ms(96, &s), 310_000);
+        assert_eq!(window_ends_at_ms(90, &s, s.now_ms), 270_000);
+        assert_eq!(window_ends_at_ms(96, &s, s.now_ms), 310_000);
         // Later snapshots (the object re-polled) keep the same end while the
         // checkpoint is still carried.
         s.now_ms = 260_000;
-        assert_eq!(window_ends_at_ms(90, &s), 270_000);
+        assert_eq!(window_ends_at_ms(90, &s, s.now_ms), 270_000);
         // Not yet in a checkpoint: no later than the snapshot's time + window.
         s.now_ms = 200_000;
-        assert_eq!(window_ends_at_ms(100, &s), 320_000);
+        assert_eq!(window_ends_at_ms(100, &s, s.now_ms), 320_000);
         s.frontier_history = vec![(900_000, 100.0)];
-        assert_eq!(window_ends_at_ms(100, &s), 320_000, "skewed checkpoint");
+        assert_eq!(window_ends_at_ms(100, &s, s.now_ms), 320_000, "skewed checkpoint");
         // The token never outlives the end it reports.
         for now in (200_000..320_000).step_by(7_000) {
-            assert!(now / 1000 + admit_ttl_secs(100, &s, now) <= window_ends_at_ms(100, &s) / 1000);
+            assert!(
+                now / 1000 + admit_ttl_secs(100, &s, now) <= window_ends_at_ms(100, &s, now) / 1000
+            );
         }
         s.frontier_history.clear();
         s.now_ms = u64::MAX;
-        assert_eq!(window_ends_at_ms(1, &s), u64::MAX, "saturates");
+        assert_eq!(window_ends_at_ms(1, &s, s.now_ms), u64::MAX, "saturates");
     }
 
     #[test]
@@ -341,26 +425,47 @@ mod tests {
     #[test]
     fn waiting_admitted_and_window_closed() {
         let s = snap();
-        let w = view(Some(150), &s, 200_000, 0.5);
+        let w = view(Some(150), false, &s, 200_000, 0.5);
         assert_eq!(w.status, Status::Waiting);
         assert_eq!((w.position, w.ahead), (Some(50), Some(49)));
         assert_eq!(w.eta_seconds, Some(5));
         assert!((MIN_POLL_MS..=MAX_POLL_MS).contains(&w.poll_after_ms));
-        assert_eq!(view(Some(100), &s, 200_000, 0.5).status, Status::Admitted);
-        assert_eq!(view(Some(21), &s, 200_000, 0.5).status, Status::Admitted);
-        assert_eq!(view(Some(20), &s, 200_000, 0.5).status, Status::Closed);
-        assert_eq!(view(Some(101), &s, 200_000, 0.5).status, Status::Waiting);
+        assert_eq!(
+            view(Some(100), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
+        assert_eq!(
+            view(Some(21), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
+        assert_eq!(
+            view(Some(20), false, &s, 200_000, 0.5).status,
+            Status::Closed
+        );
+        assert_eq!(
+            view(Some(101), false, &s, 200_000, 0.5).status,
+            Status::Waiting
+        );
     }
 
     #[test]
     fn sold_out_and_closed_win() {
         let mut s = snap();
         s.sold_out = true;
-        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::SoldOut);
-        assert_eq!(view(Some(5000), &s, 200_000, 0.1).status, Status::SoldOut);
-        assert_eq!(view(None, &s, 200_000, 0.1).status, Status::SoldOut);
+        assert_eq!(
+            view(Some(50), false, &s, 200_000, 0.1).status,
+            Status::SoldOut
+        );
+        assert_eq!(
+            view(Some(5000), false, &s, 200_000, 0.1).status,
+            Status::SoldOut
+        );
+        assert_eq!(view(None, false, &s, 200_000, 0.1).status, Status::SoldOut);
         s.ends_at_ms = Some(150_000);
-        assert_eq!(view(Some(50), &s, 200_000, 0.1).status, Status::Closed);
+        assert_eq!(
+            view(Some(50), false, &s, 200_000, 0.1).status,
+            Status::Closed
+        );
     }
 
     #[test]
@@ -369,30 +474,75 @@ mod tests {
         s.drawn = false;
         s.starts_at_ms = 210_000;
         s.prequeue = 2000;
-        let early = view(None, &s, 200_000, 0.0);
+        let early = view(None, false, &s, 200_000, 0.0);
         assert_eq!(early.status, Status::Prequeue);
         assert_eq!(early.position, None);
         assert_eq!(early.eta_seconds, Some(10));
         assert!(early.poll_after_ms >= 10_000);
-        let late = view(None, &s, 200_000, 0.999);
+        let late = view(None, false, &s, 200_000, 0.999);
         assert!(
             late.poll_after_ms > early.poll_after_ms + 9_000,
             "spread ~10 s"
         );
         // Far from start: capped at about 30 s.
-        let far = view(None, &s, 0, 0.5);
+        let far = view(None, false, &s, 0, 0.5);
         assert!(far.poll_after_ms <= 36_000);
+    }
+
+    #[test]
+    fn the_frontier_is_extrapolated_from_checkpoint_and_rate_up_to_its_cap() {
+        let mut s = snap();
+        s.frontier_rate = 10.0;
+        s.frontier_cap = 130;
+        assert_eq!(frontier_at(&s, 200_000), 100);
+        assert_eq!(frontier_at(&s, 201_500), 115);
+        assert_eq!(frontier_at(&s, 260_000), 130, "capped");
+        assert_eq!(frontier_at(&s, 100_000), 100, "never below the checkpoint");
+        // Place 110 is admitted one second after the snapshot, not before.
+        assert_eq!(
+            view(Some(110), false, &s, 200_500, 0.5).status,
+            Status::Waiting
+        );
+        assert_eq!(
+            view(Some(110), false, &s, 201_000, 0.5).status,
+            Status::Admitted
+        );
+        s.frontier_rate = f64::NAN;
+        assert_eq!(frontier_at(&s, 260_000), 100);
+    }
+
+    #[test]
+    fn drawing_and_unreported_arrivals_poll_again_soon() {
+        let mut s = snap();
+        s.drawn = false;
+        let d = view(None, false, &s, 200_000, 0.5);
+        assert_eq!(d.status, Status::Drawing);
+        assert_eq!((d.place, d.position), (None, None));
+        assert!(
+            (1_000..=2_000).contains(&d.poll_after_ms),
+            "{}",
+            d.poll_after_ms
+        );
+        // Before the start it is still the pre-queue.
+        assert_eq!(view(None, false, &s, 50_000, 0.5).status, Status::Prequeue);
+        s.drawn = true;
+        let w = view(None, true, &s, 200_000, 0.5);
+        assert_eq!(w.status, Status::Waiting);
+        assert_eq!(w.place, None);
+        assert!(w.poll_after_ms <= 2_000);
+        s.sold_out = true;
+        assert_eq!(view(None, true, &s, 200_000, 0.5).status, Status::SoldOut);
     }
 
     #[test]
     fn polls_slow_down_far_back_and_are_jittered() {
         let s = snap();
-        let near = view(Some(105), &s, 200_000, 0.5).poll_after_ms;
-        let far = view(Some(100_000), &s, 200_000, 0.5).poll_after_ms;
+        let near = view(Some(105), false, &s, 200_000, 0.5).poll_after_ms;
+        let far = view(Some(100_000), false, &s, 200_000, 0.5).poll_after_ms;
         assert!(far > near);
         assert!(far <= MAX_POLL_MS * 6 / 5);
-        let a = view(Some(100_000), &s, 200_000, 0.0).poll_after_ms;
-        let b = view(Some(100_000), &s, 200_000, 0.99).poll_after_ms;
+        let a = view(Some(100_000), false, &s, 200_000, 0.0).poll_after_ms;
+        let b = view(Some(100_000), false, &s, 200_000, 0.99).poll_after_ms;
         assert!(b > a);
     }
 
@@ -400,10 +550,10 @@ mod tests {
     fn hostile_numbers_do_not_panic() {
         let mut s = snap();
         s.rate = 0.0;
-        let v = view(Some(u64::MAX), &s, u64::MAX, f64::NAN);
+        let v = view(Some(u64::MAX), false, &s, u64::MAX, f64::NAN);
         assert_eq!(v.status, Status::Waiting);
         assert_eq!(v.eta_seconds, None);
         s.rate = f64::NAN;
-        let _ = view(Some(0), &s, 0, f64::INFINITY);
+        let _ = view(Some(0), false, &s, 0, f64::INFINITY);
     }
 }

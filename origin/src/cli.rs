@@ -108,6 +108,9 @@ pub enum SaleCommand {
         /// RFC 3339 time or `now`.
         #[arg(long, value_parser = parse_time)]
         ends_at: Option<DateTime<Utc>>,
+        /// Refused: the queue's shard count is fixed at creation.
+        #[arg(long)]
+        queue_shards: Option<i32>,
     },
     /// Ends a sale now (410 sale_ended from then on; granted holds stay
     /// payable until they expire); prints it as JSON.
@@ -159,6 +162,10 @@ pub struct CreateArgs {
     pub admission_factor: f64,
     #[arg(long, default_value_t = 0)]
     pub price_cents: i64,
+    /// Durable Objects the edge spreads the sale's queue over (1-256; an
+    /// account always lands on the same one). Fixed once created.
+    #[arg(long, default_value_t = 1)]
+    pub queue_shards: i32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -354,6 +361,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 admission_rate: a.admission_rate,
                 admission_factor: a.admission_factor,
                 price_cents: a.price_cents,
+                queue_shards: a.queue_shards,
             };
             let sale =
                 sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
@@ -365,11 +373,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             admission_rate,
             admission_factor,
             ends_at,
+            queue_shards,
         }) => {
             let change = sales::SaleChange {
                 admission_rate,
                 admission_factor,
                 ends_at,
+                queue_shards,
             };
             change_and_print(&sale, &change).await
         }

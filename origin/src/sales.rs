@@ -44,6 +44,8 @@ pub struct SaleConfig {
     pub hold_seconds: i32,
     pub admission_rate: f64,
     pub admission_factor: f64,
+    /// Edge queue shards (Durable Objects) of the sale's waiting room.
+    pub queue_shards: i32,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -291,7 +293,7 @@ impl SaleRegistry {
 }
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
-     starts_at, ends_at, hold_seconds, admission_rate, admission_factor";
+     starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards";
 
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
@@ -333,7 +335,12 @@ pub struct SaleSpec {
     pub admission_rate: f64,
     pub admission_factor: f64,
     pub price_cents: i64,
+    /// Edge queue shards, `1..=MAX_QUEUE_SHARDS`.
+    pub queue_shards: i32,
 }
+
+/// Most queue shards a sale may have (the edge's `shards::MAX_SHARDS`).
+pub const MAX_QUEUE_SHARDS: i32 = 256;
 
 /// Why a sale could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -370,6 +377,11 @@ impl SaleSpec {
         if !(1..=256).contains(&self.shards) || self.shards > self.units {
             return bad("--shards must be 1-256 and not more than --units");
         }
+        if !(1..=MAX_QUEUE_SHARDS).contains(&self.queue_shards) {
+            return bad(&format!(
+                "--queue-shards must be 1-{MAX_QUEUE_SHARDS} (edge queue objects)"
+            ));
+        }
         if self.hold_seconds < 1 {
             return bad("--hold-seconds must be at least 1");
         }
@@ -397,6 +409,8 @@ pub struct SaleChange {
     pub admission_rate: Option<f64>,
     pub admission_factor: Option<f64>,
     pub ends_at: Option<DateTime<Utc>>,
+    /// Always refused: see [`change_sale`].
+    pub queue_shards: Option<i32>,
 }
 
 /// Why a sale could not be changed.
@@ -420,6 +434,14 @@ pub async fn change_sale(
     change: &SaleChange,
 ) -> Result<SaleConfig, ChangeError> {
     let bad = |m: &str| Err(ChangeError::Invalid(m.to_string()));
+    // People may join a sale's queue as soon as it exists, and an account's
+    // queue shard depends on the count: changing it would move accounts to
+    // shards that never saw them (two places, or none).
+    if change.queue_shards.is_some() {
+        return bad(
+            "--queue-shards is fixed when the sale is created: people may already be in its queue",
+        );
+    }
     if change.admission_rate.is_none()
         && change.admission_factor.is_none()
         && change.ends_at.is_none()
@@ -497,8 +519,9 @@ pub async fn create_sale(
     let mut tx = pool.begin().await?;
     let inserted = sqlx::query(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
-                            starts_at, ends_at, hold_seconds, admission_rate, admission_factor)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                            starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
+                            queue_shards)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -513,6 +536,7 @@ pub async fn create_sale(
     .bind(spec.hold_seconds)
     .bind(spec.admission_rate)
     .bind(spec.admission_factor)
+    .bind(spec.queue_shards)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -572,6 +596,7 @@ mod tests {
             admission_rate: 50.0,
             admission_factor: 2.0,
             price_cents: 100,
+            queue_shards: 1,
         }
     }
 
@@ -607,6 +632,20 @@ mod tests {
                     ..spec()
                 },
                 "--shards",
+            ),
+            (
+                SaleSpec {
+                    queue_shards: 0,
+                    ..spec()
+                },
+                "--queue-shards",
+            ),
+            (
+                SaleSpec {
+                    queue_shards: 257,
+                    ..spec()
+                },
+                "--queue-shards",
             ),
             (
                 SaleSpec {

@@ -317,3 +317,77 @@ async fn without_auto_migrate_serve_waits_for_the_migrate_job() {
     drop(started);
     drop(migrated_db);
 }
+
+/// Issue 20: `--queue-shards` is checked (1-256, a clear error and nothing
+/// written otherwise), published in the summary as `queue.shards`, and fixed
+/// once the sale exists (people may be in its queue from then on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_shards_are_checked_published_and_fixed() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let redis = redis_url();
+    let env = [
+        ("DATABASE_URL", app.db.url.as_str()),
+        ("REDIS_URL", redis.as_str()),
+        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
+    ];
+    let create = |sale: &str, extra: &[&str]| {
+        let mut args = vec![
+            "sale",
+            "create",
+            "--sale",
+            sale,
+            "--name",
+            "Q",
+            "--units",
+            "10",
+            "--per-user-limit",
+            "1",
+            "--shards",
+            "1",
+            "--starts-at",
+            "now",
+        ];
+        args.extend_from_slice(extra);
+        origin(&args, &env)
+    };
+    for bad in [
+        "--queue-shards=0",
+        "--queue-shards=257",
+        "--queue-shards=-1",
+    ] {
+        let out = create("qbad", &[bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad}: {}", text(&out));
+        assert!(text(&out).contains("--queue-shards"), "{}", text(&out));
+    }
+    let out = origin(&["sale", "show", "--sale", "qbad"], &env);
+    assert!(!out.status.success(), "nothing was written: {}", text(&out));
+
+    let out = create("qdef", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = create("q8", &["--queue-shards", "8"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(made["queue_shards"], 8);
+    let (status, body) = app.get("/api/sales/q8", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["queue"]["shards"], 8);
+    let (_, body) = app.get("/api/sales/qdef", None).await;
+    assert_eq!(body["queue"]["shards"], 1, "default");
+
+    let out = origin(
+        &["sale", "update", "--sale", "q8", "--queue-shards", "16"],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("--queue-shards is fixed"),
+        "{}",
+        text(&out)
+    );
+    let (_, body) = app.get("/api/sales/q8", None).await;
+    assert_eq!(body["queue"]["shards"], 8, "unchanged");
+}

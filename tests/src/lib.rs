@@ -399,6 +399,7 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         admission_rate: 100.0,
         admission_factor: 2.0,
         price_cents: 4_999,
+        queue_shards: 1,
     }
 }
 

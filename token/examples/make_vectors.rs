@@ -61,12 +61,14 @@ fn main() {
         tkt: Some(TicketData {
             seq: 17,
             place: Some(3),
+            ..Default::default()
         }),
     };
     let pre = Claims {
         tkt: Some(TicketData {
             seq: 5,
             place: None,
+            ..Default::default()
         }),
         ..ticket.clone()
     };

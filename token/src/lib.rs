@@ -60,7 +60,7 @@ impl TokenType {
 }
 
 /// Queue data carried by a `ticket`, so a status poll needs no lookup.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct TicketData {
     /// Arrival number in the sale's queue (1-based, unique per account).
     pub seq: u64,
@@ -69,6 +69,13 @@ pub struct TicketData {
     /// the pre-queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub place: Option<u64>,
+    /// The queue shard (Durable Object) holding the entry (sharded queues).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    /// Arrival stamp (unix ms, the shard's clock) of an entry that joined
+    /// after the start; its FIFO place follows from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_ms: Option<u64>,
 }
 
 /// The claims of every credential. Field order is the serialized order and

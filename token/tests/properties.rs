@@ -28,7 +28,11 @@ fn claims() -> impl Strategy<Value = Claims> {
     )
         .prop_map(|(typ, sub, sale, iat, ttl, tkt)| {
             let mut c = Claims::new(typ, sub, sale, iat, ttl);
-            c.tkt = tkt.map(|(seq, place)| TicketData { seq, place });
+            c.tkt = tkt.map(|(seq, place)| TicketData {
+                seq,
+                place,
+                ..Default::default()
+            });
             c
         })
 }

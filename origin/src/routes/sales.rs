@@ -105,5 +105,6 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
             "settlement_lag": lag,
             "units_available": available,
         },
+        "queue": {"shards": cfg.queue_shards},
     }))
 }

@@ -1,0 +1,676 @@
+//! The `QueueShard` Durable Object (Wasm only): one of a sale's
+//! `queue_shards` objects, holding the entries of the accounts that map to
+//! it (`shards::shard_of`). SQLite storage.
+//!
+//! Role: the only writer of its entries. A join writes here and nowhere
+//! else. At `starts_at` an alarm chain draws this shard's pre-queue in
+//! bounded steps (`shard_draw`), then tells the coordinator its index; after
+//! the start the same chain reports each finished second's arrivals to the
+//! coordinator, at most once a second.
+//!
+//! Invariants kept here:
+//! - one entry per account (`sub` is the primary key); a repeated join
+//!   returns the stored ticket;
+//! - an entry is in the pre-queue iff its arrival stamp (the Worker's, when
+//!   believable: `queue::arrival_ms`) is before `starts_at` and the draw has
+//!   not begun (it begins `DRAW_GRACE_MS` after the start); stamps never
+//!   decrease and never fall in a second already reported
+//!   (`places::Stamper`);
+//! - the draw runs only in the alarm, one bounded step per alarm, its state
+//!   stored after each step (an evicted object resumes); no request runs
+//!   it, and no request waits longer than one step;
+//! - buckets never change once written; the seed is only asked of the
+//!   coordinator once the start has come.
+
+use std::cell::Cell;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use token::{Claims, TicketData, TokenType};
+use worker::{
+    DurableObject, Env, Method, Request, Response, Result, SqlStorage, State, durable_object,
+};
+
+use crate::api::{self, ApiError};
+use crate::draw;
+use crate::glue::{now_ms, ring};
+use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
+use crate::places::{SecondReport, Stamper};
+use crate::queue::{self, TICKET_TTL_SECS};
+use crate::shard_draw::{self, DrawState, DrawStore, Limits};
+use crate::shards;
+
+/// Joins loaded by one bulk call at most (DEV_MODE hook).
+const BULK_MAX: u64 = 50_000;
+/// The draw begins this long after the start, so that a join pressed just
+/// before the start and still on its way from the Worker (which answers
+/// from its cached sale settings, never waiting on the origin for a sale it
+/// knows) lands in the pre-queue it belongs to.
+const DRAW_GRACE_MS: u64 = 1_000;
+/// After the end, arrivals are reported for this long, then the chain stops.
+const REPORT_AFTER_END_MS: u64 = 10_000;
+
+#[durable_object]
+pub struct QueueShard {
+    state: State,
+    env: Env,
+    meta: Meta,
+    stamper: Cell<Stamper>,
+    /// Requests served since the object started (reported, for the
+    /// benchmark of object calls per poll).
+    requests: Cell<u64>,
+    /// When the next alarm is known to be due (memory only).
+    alarm_at: Cell<Option<u64>>,
+}
+
+#[derive(Deserialize)]
+struct EntryRow {
+    seq: f64,
+    ticket: Option<String>,
+    ticket_exp: Option<f64>,
+    prequeue: f64,
+    t_ms: f64,
+}
+
+#[derive(Deserialize)]
+struct SeqSub {
+    seq: f64,
+    sub: String,
+}
+
+#[derive(Deserialize)]
+struct ValueRow {
+    value: String,
+}
+
+#[derive(Deserialize)]
+struct BucketRow {
+    vals: String,
+}
+
+#[derive(Deserialize)]
+struct StampRow {
+    t_ms: f64,
+    seq: f64,
+}
+
+#[derive(Deserialize)]
+struct JoinBody {
+    sub: String,
+    shard: u32,
+    shards: u32,
+    starts_at_ms: u64,
+    ends_at_ms: Option<u64>,
+    /// When the join reached the edge (believed within bounds).
+    #[serde(default)]
+    arrival_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct BulkBody {
+    prefix: String,
+    from: u64,
+    to: u64,
+    shard: u32,
+    shards: u32,
+    starts_at_ms: u64,
+}
+
+/// The shard's SQLite as the draw's store.
+struct SqlDraw<'a>(&'a SqlStorage);
+
+impl DrawStore for SqlDraw<'_> {
+    type Error = ApiError;
+
+    fn entrants_after(&mut self, after_seq: u64, limit: usize) -> ApiResult<Vec<(u64, String)>> {
+        Ok(self
+            .0
+            .exec(
+                "SELECT seq, sub FROM entries WHERE prequeue = 1 AND seq > ? ORDER BY seq LIMIT ?",
+                Some(vec![(after_seq as f64).into(), (limit as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<SeqSub>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| (r.seq as u64, r.sub))
+            .collect())
+    }
+
+    fn store_values(&mut self, values: &[(u64, String)]) -> ApiResult<()> {
+        for (seq, v) in values {
+            self.0
+                .exec(
+                    "UPDATE entries SET value = ? WHERE seq = ?",
+                    Some(vec![v.as_str().into(), (*seq as f64).into()]),
+                )
+                .map_err(sql_err)?;
+        }
+        Ok(())
+    }
+
+    fn values_after(&mut self, after: Option<&str>, limit: usize) -> ApiResult<Vec<String>> {
+        Ok(self
+            .0
+            .exec(
+                "SELECT value FROM entries WHERE prequeue = 1 AND value > ? ORDER BY value LIMIT ?",
+                Some(vec![after.unwrap_or("").into(), (limit as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<ValueRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| r.value)
+            .collect())
+    }
+
+    fn put_bucket(&mut self, index: u64, values: &[String]) -> ApiResult<()> {
+        let vals = serde_json::to_string(values).unwrap_or_default();
+        self.0
+            .exec(
+                "INSERT OR REPLACE INTO buckets (j, vals) VALUES (?, ?)",
+                Some(vec![(index as f64).into(), vals.as_str().into()]),
+            )
+            .map_err(sql_err)?;
+        Ok(())
+    }
+}
+
+impl QueueShard {
+    fn sql(&self) -> SqlStorage {
+        self.state.storage().sql()
+    }
+
+    fn set(&self, k: &str, v: impl ToString) -> ApiResult<()> {
+        self.meta.set(&self.sql(), k, v)
+    }
+
+    fn init(&self) -> ApiResult<()> {
+        let sql = self.sql();
+        self.meta.load(&sql)?;
+        for q in [
+            "CREATE TABLE IF NOT EXISTS entries (
+                sub TEXT PRIMARY KEY,
+                seq INTEGER NOT NULL UNIQUE,
+                t_ms INTEGER NOT NULL,
+                prequeue INTEGER NOT NULL,
+                value TEXT,
+                ticket TEXT,
+                ticket_exp INTEGER)",
+            "CREATE INDEX IF NOT EXISTS entries_value ON entries (value) WHERE value IS NOT NULL",
+            "CREATE INDEX IF NOT EXISTS entries_arrival ON entries (t_ms) WHERE prequeue = 0",
+            "CREATE TABLE IF NOT EXISTS buckets (j INTEGER PRIMARY KEY, vals TEXT NOT NULL)",
+        ] {
+            sql.exec(q, None).map_err(sql_err)?;
+        }
+        let floor = self.meta.u64("stamp_floor").unwrap_or(0);
+        self.stamper.set(Stamper { floor_ms: floor });
+        Ok(())
+    }
+
+    fn draw_state(&self) -> Option<DrawState> {
+        self.meta
+            .get("draw")
+            .and_then(|s| serde_json::from_str(&s).ok())
+    }
+
+    fn draw_begun(&self) -> bool {
+        self.draw_state().is_some()
+    }
+
+    /// Settings from the caller (the Worker read them from the origin's
+    /// summary). The start is frozen once the draw has begun.
+    fn configure(
+        &self,
+        sale: &str,
+        shard: u32,
+        shards: u32,
+        starts: u64,
+        ends: Option<u64>,
+    ) -> ApiResult<()> {
+        self.set("sale", sale)?;
+        self.set("shard", shard)?;
+        self.set("shards", shards)?;
+        if !self.draw_begun() {
+            self.set("starts_at_ms", starts)?;
+        }
+        match ends {
+            Some(e) => self.set("ends_at_ms", e)?,
+            None => self.meta.delete(&self.sql(), "ends_at_ms")?,
+        }
+        Ok(())
+    }
+
+    fn starts_at(&self) -> u64 {
+        self.meta.u64("starts_at_ms").unwrap_or(u64::MAX)
+    }
+
+    fn mint(
+        &self,
+        sale: &str,
+        sub: &str,
+        seq: u64,
+        t_ms: Option<u64>,
+        now: u64,
+    ) -> ApiResult<(String, u64)> {
+        let ring = ring(&self.env, "ADMISSION_TOKEN_KEYS")?;
+        let claims = Claims::new(
+            TokenType::Ticket,
+            sub,
+            Some(sale.to_string()),
+            now / 1000,
+            TICKET_TTL_SECS,
+        )
+        .with_ticket(TicketData {
+            seq,
+            place: None,
+            shard: self.meta.u64("shard").map(|s| s as u32),
+            t_ms,
+        });
+        Ok((ring.sign(&claims), claims.exp))
+    }
+
+    /// Makes sure an alarm will come by `at` (one storage write when none
+    /// is known to be due by then).
+    async fn alarm_by(&self, at: u64) -> ApiResult<()> {
+        if self.alarm_at.get().is_some_and(|a| a <= at) {
+            return Ok(());
+        }
+        let storage = self.state.storage();
+        let current = storage.get_alarm().await.map_err(sql_err)?;
+        if let Some(c) = current.filter(|c| *c >= 0).map(|c| c as u64)
+            && c <= at
+        {
+            self.alarm_at.set(Some(c));
+            return Ok(());
+        }
+        let now = now_ms();
+        storage
+            .set_alarm(at.saturating_sub(now) as i64)
+            .await
+            .map_err(sql_err)?;
+        self.alarm_at.set(Some(at));
+        Ok(())
+    }
+
+    async fn join(&self, sale: &str, b: JoinBody) -> ApiResult<Value> {
+        // The arrival is stamped before anything else (no await before it),
+        // from the Worker's stamp when believable (`queue::arrival_ms`).
+        let now = now_ms();
+        let sub = b.sub;
+        if sub.is_empty() || sub.len() > 256 {
+            return Err(ApiError::new(400, "bad_request", "sub missing"));
+        }
+        self.configure(sale, b.shard, b.shards, b.starts_at_ms, b.ends_at_ms)?;
+        let existing = self
+            .sql()
+            .exec(
+                "SELECT seq, ticket, ticket_exp, prequeue, t_ms FROM entries WHERE sub = ?",
+                Some(vec![sub.as_str().into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<EntryRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .next();
+        if let Some(row) = existing {
+            let pre = row.prequeue as u64 == 1;
+            if let (Some(t), Some(exp)) = (&row.ticket, row.ticket_exp)
+                && (exp as u64) > now / 1000 + 3600
+            {
+                return Ok(json!({"ticket": t, "prequeue": pre}));
+            }
+            // Bulk-loaded entries have no ticket yet; old ones are renewed.
+            let t_ms = (!pre).then_some(row.t_ms as u64);
+            let (t, exp) = self.mint(sale, &sub, row.seq as u64, t_ms, now)?;
+            self.sql()
+                .exec(
+                    "UPDATE entries SET ticket = ?, ticket_exp = ? WHERE sub = ?",
+                    Some(vec![
+                        t.as_str().into(),
+                        (exp as f64).into(),
+                        sub.as_str().into(),
+                    ]),
+                )
+                .map_err(sql_err)?;
+            return Ok(json!({"ticket": t, "prequeue": pre}));
+        }
+        let mut stamper = self.stamper.get();
+        let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms));
+        self.stamper.set(stamper);
+        let starts = self.starts_at();
+        let pre = t < starts && !self.draw_begun();
+        let seq = self.meta.u64("next_seq").unwrap_or(1);
+        let (ticket, exp) = self.mint(sale, &sub, seq, (!pre).then_some(t), now)?;
+        self.sql()
+            .exec(
+                "INSERT INTO entries (sub, seq, t_ms, prequeue, ticket, ticket_exp)
+                 VALUES (?, ?, ?, ?, ?, ?)",
+                Some(vec![
+                    sub.as_str().into(),
+                    (seq as f64).into(),
+                    (t as f64).into(),
+                    i64::from(pre).into(),
+                    ticket.as_str().into(),
+                    (exp as f64).into(),
+                ]),
+            )
+            .map_err(sql_err)?;
+        self.set("next_seq", seq + 1)?;
+        if pre {
+            self.set("prequeue", self.meta.u64("prequeue").unwrap_or(0) + 1)?;
+            // Counts reach the coordinator within a second; the draw at the start.
+            self.alarm_by(starts.min(now + 1_000)).await?;
+        } else {
+            self.alarm_by(now - now % 1000 + 1_100).await?;
+        }
+        Ok(json!({"ticket": ticket, "prequeue": pre}))
+    }
+
+    /// DEV_MODE hook (the Worker checks the mode): synthetic pre-queue
+    /// entrants `prefix-i` for `i` in `from..to` that map to this shard.
+    async fn bulk(&self, sale: &str, b: BulkBody) -> ApiResult<Value> {
+        let now = now_ms();
+        if b.to < b.from || b.to - b.from > BULK_MAX || !api::valid_id(&b.prefix) {
+            return Err(ApiError::new(
+                400,
+                "bad_request",
+                format!("need a valid prefix and at most {BULK_MAX} entrants per call"),
+            ));
+        }
+        self.configure(sale, b.shard, b.shards, b.starts_at_ms, None)?;
+        if now >= self.starts_at() || self.draw_begun() {
+            return Err(ApiError::new(
+                409,
+                "queue_started",
+                "the pre-queue is closed",
+            ));
+        }
+        let mut seq = self.meta.u64("next_seq").unwrap_or(1);
+        let mut added = 0u64;
+        let sql = self.sql();
+        for i in b.from..b.to {
+            let sub = format!("{}-{i}", b.prefix);
+            if shards::shard_of(&sub, b.shards) != b.shard {
+                continue;
+            }
+            let changed = sql
+                .exec(
+                    "INSERT OR IGNORE INTO entries (sub, seq, t_ms, prequeue) VALUES (?, ?, ?, 1)",
+                    Some(vec![
+                        sub.as_str().into(),
+                        (seq as f64).into(),
+                        (now as f64).into(),
+                    ]),
+                )
+                .map_err(sql_err)?
+                .rows_written();
+            if changed > 0 {
+                seq += 1;
+                added += 1;
+            }
+        }
+        self.set("next_seq", seq)?;
+        self.set("prequeue", self.meta.u64("prequeue").unwrap_or(0) + added)?;
+        self.alarm_by(self.starts_at().min(now + 1_000)).await?;
+        Ok(json!({"added": added, "prequeue": self.meta.u64("prequeue")}))
+    }
+
+    fn bucket(&self, url: &worker::Url) -> ApiResult<Value> {
+        let Some(DrawState::Done { buckets, .. }) = self.draw_state() else {
+            return Err(ApiError::new(409, "not_drawn", "not drawn yet"));
+        };
+        let j = query(url, "j")
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|j| *j < buckets)
+            .ok_or_else(|| ApiError::new(400, "bad_request", "bucket index out of range"))?;
+        let row = self
+            .sql()
+            .exec(
+                "SELECT vals FROM buckets WHERE j = ?",
+                Some(vec![(j as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<BucketRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ApiError::new(500, "queue_storage", "bucket missing"))?;
+        let values: Value = serde_json::from_str(&row.vals).unwrap_or(Value::Null);
+        Ok(json!({"shard": self.meta.u64("shard"), "bucket": j, "values": values}))
+    }
+
+    async fn handle(&self, req: &mut Request) -> ApiResult<Value> {
+        let sale = req
+            .headers()
+            .get("x-sale")
+            .ok()
+            .flatten()
+            .filter(|s| api::valid_id(s))
+            .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
+        let url = req.url().map_err(|_| ApiError::not_found())?;
+        let bad = |_| ApiError::new(400, "bad_request", "bad body");
+        if url.path() != "/poke" {
+            self.requests.set(self.requests.get() + 1);
+        }
+        match (req.method(), url.path()) {
+            (Method::Post, "/join") => {
+                let b: JoinBody = req.json().await.map_err(bad)?;
+                self.join(&sale, b).await
+            }
+            (Method::Post, "/bulk") => {
+                let b: BulkBody = req.json().await.map_err(bad)?;
+                self.bulk(&sale, b).await
+            }
+            (Method::Post, "/poke") => {
+                // The coordinator wakes a shard nobody joined, so it draws
+                // (nothing) and reports like the others.
+                let b: JoinBody = req.json().await.map_err(bad)?;
+                self.configure(&sale, b.shard, b.shards, b.starts_at_ms, b.ends_at_ms)?;
+                self.alarm_by(now_ms()).await?;
+                Ok(json!({"ok": true}))
+            }
+            (Method::Get, "/bucket") => self.bucket(&url),
+            (Method::Get, "/state") => Ok(json!({
+                "draw": self.draw_state(),
+                "prequeue": self.meta.u64("prequeue"),
+                "entries": self.meta.u64("next_seq").unwrap_or(1) - 1,
+            })),
+            _ => Err(ApiError::not_found()),
+        }
+    }
+
+    async fn coordinator(&self, method: Method, path: &str, body: &Value) -> ApiResult<Value> {
+        let sale = self
+            .meta
+            .get("sale")
+            .ok_or_else(|| ApiError::new(500, "queue_storage", "sale unknown"))?;
+        // A GET carries no body (fetch refuses one).
+        let body = (method != Method::Get).then_some(body);
+        call_object(&self.env, "SALE_QUEUE", &sale, &sale, method, path, body).await
+    }
+
+    /// One step of the draw. Returns whether the draw is done.
+    async fn draw_step(&self) -> ApiResult<bool> {
+        let state = self.draw_state().unwrap_or_else(DrawState::start);
+        if let DrawState::Done { .. } = state {
+            return Ok(true);
+        }
+        if self.meta.get("draw").is_none() {
+            // Freeze the entrant set before the first await.
+            self.set("draw", serde_json::to_string(&state).unwrap_or_default())?;
+        }
+        let seed = match self.meta.get("seed") {
+            Some(s) => s,
+            None => {
+                let v = self.coordinator(Method::Get, "/seed", &json!({})).await?;
+                let s = v["seed"]
+                    .as_str()
+                    .ok_or_else(|| ApiError::new(502, "queue_error", "no seed"))?
+                    .to_string();
+                self.set("seed", &s)?;
+                s
+            }
+        };
+        let value = |a: &str| draw::draw_key(&seed, a);
+        let sql = self.sql();
+        let next = shard_draw::step(&state, &mut SqlDraw(&sql), &value, Limits::default())?;
+        self.set("draw", serde_json::to_string(&next).unwrap_or_default())?;
+        Ok(next.is_done())
+    }
+
+    /// Sends the shard's draw index to the coordinator (once).
+    async fn send_index(&self) -> ApiResult<()> {
+        if self.meta.flag("index_sent") {
+            return Ok(());
+        }
+        let Some(DrawState::Done { count, .. }) = self.draw_state() else {
+            return Ok(());
+        };
+        let rows = self
+            .sql()
+            .exec("SELECT vals FROM buckets ORDER BY j", None)
+            .map_err(sql_err)?
+            .to_array::<BucketRow>()
+            .map_err(sql_err)?;
+        let firsts: Vec<String> = rows
+            .iter()
+            .filter_map(|r| serde_json::from_str::<Vec<String>>(&r.vals).ok())
+            .filter_map(|v| v.into_iter().next())
+            .collect();
+        let body = json!({
+            "shard": self.meta.u64("shard"),
+            "count": count,
+            "firsts": firsts,
+            "requests": self.requests.get(),
+        });
+        self.coordinator(Method::Post, "/drawn", &body).await?;
+        self.set("index_sent", 1)
+    }
+
+    /// Reports counts (before the start) or every finished second's
+    /// arrivals (after it) to the coordinator.
+    async fn report(&self, now: u64) -> ApiResult<()> {
+        let shard = self.meta.u64("shard").unwrap_or(0);
+        let starts = self.starts_at();
+        if now < starts {
+            let body = json!({"shard": shard, "prequeue": self.meta.u64("prequeue").unwrap_or(0),
+                              "requests": self.requests.get()});
+            self.coordinator(Method::Post, "/report", &body).await?;
+            return Ok(());
+        }
+        let until_ms = now - now % 1000;
+        let from_ms = match self.meta.u64("reported_through") {
+            Some(s) => (s + 1) * 1000,
+            None => starts - starts % 1000,
+        };
+        if until_ms <= from_ms {
+            return Ok(());
+        }
+        // Later stamps land in the unreported second (before the await).
+        let mut stamper = self.stamper.get();
+        stamper.reported_until(until_ms / 1000);
+        self.stamper.set(stamper);
+        self.set("stamp_floor", stamper.floor_ms)?;
+        let rows = self
+            .sql()
+            .exec(
+                "SELECT t_ms, seq FROM entries WHERE prequeue = 0 AND t_ms >= ? AND t_ms < ? ORDER BY t_ms, seq",
+                Some(vec![(from_ms as f64).into(), (until_ms as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<StampRow>()
+            .map_err(sql_err)?;
+        let mut seconds: Vec<SecondReport> = Vec::new();
+        for r in rows {
+            let (t, seq) = (r.t_ms as u64, r.seq as u64);
+            match seconds.last_mut() {
+                Some(s) if s.second == t / 1000 => s.stamps.push((t, seq)),
+                _ => seconds.push(SecondReport {
+                    shard: shard as u32,
+                    second: t / 1000,
+                    stamps: vec![(t, seq)],
+                }),
+            }
+        }
+        let through = until_ms / 1000 - 1;
+        let body = json!({"shard": shard, "through": through, "seconds": seconds,
+                          "requests": self.requests.get()});
+        self.coordinator(Method::Post, "/report", &body).await?;
+        self.set("reported_through", through)
+    }
+}
+
+impl DurableObject for QueueShard {
+    fn new(state: State, env: Env) -> Self {
+        let s = QueueShard {
+            state,
+            env,
+            meta: Meta::default(),
+            stamper: Cell::new(Stamper::default()),
+            requests: Cell::new(0),
+            alarm_at: Cell::new(None),
+        };
+        if let Err(e) = s.init() {
+            worker::console_error!("queue shard init: {}", e.message);
+        }
+        s
+    }
+
+    async fn fetch(&self, mut req: Request) -> Result<Response> {
+        respond(self.handle(&mut req).await)
+    }
+
+    async fn alarm(&self) -> Result<Response> {
+        self.alarm_at.set(None);
+        let now = now_ms();
+        let starts = self.starts_at();
+        let storage = self.state.storage();
+        if now >= starts.saturating_add(DRAW_GRACE_MS) {
+            match self.draw_step().await {
+                Ok(false) => {
+                    // Next step at once: requests queued meanwhile go first.
+                    storage.set_alarm(0i64).await?;
+                    self.alarm_at.set(Some(now));
+                    return Response::ok("drawing");
+                }
+                Ok(true) => {
+                    if let Err(e) = self.send_index().await {
+                        worker::console_error!("shard index: {}", e.message);
+                    }
+                }
+                Err(e) => worker::console_error!("draw step: {}", e.message),
+            }
+        }
+        let reported = self.report(now).await;
+        if let Err(e) = &reported {
+            worker::console_error!("shard report: {}", e.message);
+        }
+        let ends = self.meta.u64("ends_at_ms").unwrap_or(u64::MAX);
+        let next = if now < starts {
+            // Before the start joins re-arm (counts), a failed report is
+            // tried again in a second, and the start always comes.
+            Some(if reported.is_err() {
+                starts.min(now + 1_000)
+            } else {
+                starts
+            })
+        } else if now < ends.saturating_add(REPORT_AFTER_END_MS) {
+            Some(now - now % 1000 + 1_050)
+        } else {
+            None
+        };
+        // A join during this alarm's awaits may have asked for an earlier
+        // alarm (its count must be reported): never push that one back.
+        let asked = self.alarm_at.get();
+        let next = match (next, asked) {
+            (Some(n), Some(a)) => Some(n.min(a)),
+            (n, a) => n.or(a),
+        };
+        if let Some(at) = next {
+            storage.set_alarm(at.saturating_sub(now) as i64).await?;
+            self.alarm_at.set(Some(at));
+        }
+        Response::ok("ok")
+    }
+}

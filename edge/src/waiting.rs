@@ -1,0 +1,613 @@
+//! The waiting room in the Worker (Wasm only): joins, status polls, places
+//! and the draw listing, over a sale's queue shards and its coordinator.
+//!
+//! Role: wire the queue routes to the pure modules (`shards`, `places`,
+//! `queue`) and to the objects. Who talks to whom:
+//! - a join goes to the account's shard only (`shards::shard_of`); a
+//!   repeated join this isolate has answered is answered from memory;
+//! - a status poll is a ticket check plus arithmetic on the coordinator's
+//!   snapshot, cached in isolate memory ≤ 1 s (single flight);
+//! - a place not yet in the ticket is computed here, once per person, from
+//!   immutable pieces (the shards' draw index and buckets, or one complete
+//!   second of arrivals), each cached in isolate memory and the Cache API,
+//!   so an object serves each piece about once per cache; the place goes
+//!   into a re-minted ticket.
+//!
+//! Invariants kept here: no poll writes to an object; isolate memory is
+//! only a cache; a piece is cached for good only once it is immutable (the
+//! draw is done, the second is complete).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use token::{Claims, Expect, TicketData, TokenType};
+use worker::{Cache, Env, Method, Request, Response, js_sys};
+
+use crate::api::ApiError;
+use crate::draw;
+use crate::glue::{
+    bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
+    ring, set_sold_out_local, sold_out_local,
+};
+use crate::objects::{ApiResult, call_object, internal, query};
+use crate::places::{Arrival, SecondArrivals, ShardIndex, is_member, place_of};
+use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
+use crate::shards;
+
+/// How long a queue snapshot is reused from isolate memory. Between
+/// refreshes the frontier is extrapolated from its checkpoint and rate
+/// (`queue::frontier_at`), so a longer life costs no admission speed.
+const SNAPSHOT_TTL_MS: u64 = 3_000;
+/// From this age on, one request refreshes the snapshot while the others
+/// keep using the cached one (single flight: no herd on the object).
+const SNAPSHOT_REFRESH_MS: u64 = 2_500;
+/// How long a stale snapshot may stand in when the object cannot answer.
+const SNAPSHOT_STALE_MS: u64 = 60_000;
+/// Bounds on what isolate memory keeps.
+const MAX_SALES: usize = 1_024;
+const MAX_BUCKETS: usize = 4_096;
+const MAX_JOINED: usize = 100_000;
+/// Entrants one bulk call may load (DEV_MODE hook).
+const BULK_MAX: u64 = 50_000;
+/// Immutable pieces stay in the Cache API this long.
+const IMMUTABLE_SECS: u32 = 86_400;
+
+thread_local! {
+    static SNAPSHOTS: RefCell<HashMap<String, (u64, Rc<Snapshot>)>> = RefCell::new(HashMap::new());
+    static REFRESHING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    static INDEXES: RefCell<HashMap<String, Rc<Vec<ShardIndex>>>> = RefCell::new(HashMap::new());
+    static BUCKETS: RefCell<HashMap<String, Rc<Vec<String>>>> = RefCell::new(HashMap::new());
+    static SECONDS: RefCell<HashMap<String, Rc<SecondArrivals>>> = RefCell::new(HashMap::new());
+    /// `sale/sub` → (ticket, exp) of joins this isolate answered.
+    static JOINED: RefCell<HashMap<String, (String, u64)>> = RefCell::new(HashMap::new());
+    /// Pieces being fetched by a request of this isolate (single flight).
+    static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+}
+
+/// How long a request waits for another one fetching the same piece.
+const PIECE_WAIT_MS: u64 = 3_000;
+
+fn bounded<V>(map: &mut HashMap<String, V>, max: usize, key: String, value: V) {
+    if map.len() >= max && !map.contains_key(&key) {
+        map.clear();
+    }
+    map.insert(key, value);
+}
+
+/// What the Worker needs of a sale's settings to route a join.
+struct SaleCfg {
+    shards: u32,
+    starts_at_ms: u64,
+    ends_at_ms: Option<u64>,
+}
+
+fn parse_ms(v: &Value) -> Option<u64> {
+    v.as_str()
+        .map(js_sys::Date::parse)
+        .filter(|ms| ms.is_finite())
+        .map(|ms| ms.max(0.0) as u64)
+}
+
+/// The sale's settings from the origin's summary: one this isolate saw in
+/// the last minute (sales do not disappear, and the queue settings are
+/// fixed once people may join), else the origin's (cached ≤ 1 s; a 404
+/// refuses the join before any object exists for it). A join never waits
+/// on a stalled origin for a sale this isolate knows.
+async fn sale_cfg(env: &Env, sale: &str) -> ApiResult<SaleCfg> {
+    let v = match recent_summary(sale, 60_000) {
+        Some(v) => v,
+        None => origin_summary(env, sale).await?.0,
+    };
+    let starts_at_ms = parse_ms(&v["starts_at"])
+        .ok_or_else(|| ApiError::new(502, "origin_error", "sale has no starts_at"))?;
+    Ok(SaleCfg {
+        shards: shards::clamp_shards(v["queue"]["shards"].as_u64().unwrap_or(1)),
+        starts_at_ms,
+        ends_at_ms: parse_ms(&v["ends_at"]),
+    })
+}
+
+async fn call_coordinator(
+    env: &Env,
+    sale: &str,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> ApiResult<Value> {
+    call_object(env, "SALE_QUEUE", sale, sale, method, path, body).await
+}
+
+async fn call_shard(
+    env: &Env,
+    sale: &str,
+    k: u32,
+    method: Method,
+    path: &str,
+    body: Option<&Value>,
+) -> ApiResult<Value> {
+    let name = shards::object_name(sale, k);
+    call_object(env, "QUEUE_SHARD", &name, sale, method, path, body).await
+}
+
+/// Tells the coordinator the sale sold out (every waiting person hears it).
+pub(crate) async fn tell_sold_out(env: &Env, sale: &str) {
+    let _ = call_coordinator(env, sale, Method::Post, "/sold_out", Some(&json!({}))).await;
+}
+
+fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
+    let s = Rc::new(s);
+    let sale = s.sale.clone();
+    if s.sold_out {
+        set_sold_out_local(&sale);
+    }
+    SNAPSHOTS.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale, (now_ms(), s.clone())));
+    s
+}
+
+/// The queue snapshot from isolate memory: fresh for 2.5 s; from then on a
+/// single request refreshes it from the coordinator while the others go on
+/// using the cached one (at most 3 s plus one object round trip old).
+pub(crate) async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
+    snapshot_within(env, sale, SNAPSHOT_REFRESH_MS).await
+}
+
+/// The snapshot, refreshed once older than `refresh_ms` (the summary asks
+/// for one at most 1 s old, as DESIGN promises for its figures).
+pub(crate) async fn snapshot_within(
+    env: &Env,
+    sale: &str,
+    refresh_ms: u64,
+) -> ApiResult<Rc<Snapshot>> {
+    let now = now_ms();
+    let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
+    let in_flight = REFRESHING.with(|m| {
+        m.borrow()
+            .get(sale)
+            .is_some_and(|t| now.saturating_sub(*t) < 2 * SNAPSHOT_TTL_MS)
+    });
+    if let Some((at, s)) = &cached {
+        let age = now.saturating_sub(*at);
+        if age < refresh_ms || (in_flight && age < 2 * SNAPSHOT_TTL_MS) {
+            return Ok(s.clone());
+        }
+    }
+    REFRESHING.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale.to_string(), now));
+    let got = call_coordinator(env, sale, Method::Get, "/snapshot", None).await;
+    REFRESHING.with(|m| m.borrow_mut().remove(sale));
+    match got {
+        Ok(v) => {
+            let s: Snapshot = serde_json::from_value(v)
+                .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
+            Ok(remember_snapshot(s))
+        }
+        Err(e) if e.status >= 500 => match cached {
+            // People keep their place and see `waiting`, not an error page.
+            Some((at, s)) if now.saturating_sub(at) < SNAPSHOT_STALE_MS => Ok(s),
+            _ => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+fn status_body(
+    env: &Env,
+    sale: &str,
+    sub: &str,
+    ticket: &str,
+    place: Option<u64>,
+    after_start: bool,
+    snap: &Snapshot,
+) -> ApiResult<Value> {
+    let now = now_ms();
+    let mut s = snap.clone();
+    s.sold_out = s.sold_out || sold_out_local(sale);
+    let v = queue::view(place, after_start, &s, now, js_sys::Math::random());
+    let mut body = json!({
+        "ticket": ticket,
+        "status": v.status,
+        "place": v.place,
+        "position": v.position,
+        "ahead": v.ahead,
+        "eta_seconds": v.eta_seconds,
+        "poll_after_ms": v.poll_after_ms,
+        "starts_at_ms": s.starts_at_ms,
+    });
+    if v.status == Status::Admitted
+        && let Some(p) = place
+    {
+        let ring = ring(env, "ADMISSION_TOKEN_KEYS")?;
+        // Never past the end of the admission window, however often the
+        // person re-polls.
+        let claims = Claims::new(
+            TokenType::Admit,
+            sub,
+            Some(sale.to_string()),
+            now / 1000,
+            queue::admit_ttl_secs(p, &s, now),
+        );
+        body["admission_token"] = json!(ring.sign(&claims));
+        body["admission_expires_at"] = json!(claims.exp);
+        // The page counts down to the window's end, not the token's.
+        body["window_ends_at_ms"] = json!(queue::window_ends_at_ms(p, &s, now));
+    }
+    Ok(body)
+}
+
+fn reply(body: &Value) -> ApiResult<Response> {
+    json_response(200, body, "no-store").map_err(internal)
+}
+
+#[derive(Deserialize)]
+struct Joined {
+    ticket: String,
+}
+
+pub(crate) async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    // The press is judged by when it reached the edge (the shard stamps it
+    // with this, see `queue::arrival_ms`), not after the waits below.
+    let now = now_ms();
+    let token = bearer_of(req)?;
+    let users = ring(env, "USER_TOKEN_KEYS")?;
+    // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
+    let claims = users
+        .verify_user(&token, now / 1000)
+        .map_err(ApiError::token)?;
+    let key = format!("{sale}/{}", claims.sub);
+    let known = JOINED.with(|m| {
+        m.borrow()
+            .get(&key)
+            .filter(|(_, exp)| *exp > now / 1000 + 3600)
+            .map(|(t, _)| t.clone())
+    });
+    let ticket = match known {
+        // A repeated join: the ticket this isolate handed out, no object call.
+        Some(t) => t,
+        None => {
+            let cfg = sale_cfg(env, sale).await?;
+            let k = shards::shard_of(&claims.sub, cfg.shards);
+            let body = json!({
+                "sub": claims.sub, "shard": k, "shards": cfg.shards,
+                "starts_at_ms": cfg.starts_at_ms, "ends_at_ms": cfg.ends_at_ms,
+                "arrival_ms": now,
+            });
+            let v = call_shard(env, sale, k, Method::Post, "/join", Some(&body)).await?;
+            let j: Joined = serde_json::from_value(v)
+                .map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
+            let exp = now / 1000 + TICKET_TTL_SECS;
+            JOINED.with(|m| {
+                bounded(
+                    &mut m.borrow_mut(),
+                    MAX_JOINED,
+                    key,
+                    (j.ticket.clone(), exp),
+                )
+            });
+            j.ticket
+        }
+    };
+    status_for(env, sale, &ticket).await
+}
+
+pub(crate) async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let token = bearer_of(req)?;
+    status_for(env, sale, &token).await
+}
+
+/// The status object of the holder of `ticket`; learns the place (once)
+/// when it has become known and re-mints the ticket with it.
+async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> {
+    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let claims = tickets
+        .verify(
+            ticket,
+            Expect {
+                typ: TokenType::Ticket,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    let tkt = claims.tkt.clone().unwrap_or_default();
+    let snap = snapshot(env, sale).await?;
+    let after_start = tkt.t_ms.is_some();
+    if tkt.place.is_some() {
+        let body = status_body(
+            env,
+            sale,
+            &claims.sub,
+            ticket,
+            tkt.place,
+            after_start,
+            &snap,
+        )?;
+        return reply(&body);
+    }
+    let shard = tkt
+        .shard
+        .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
+    let place = match tkt.t_ms {
+        Some(t) if t < snap.fifo_through_ms => {
+            let me = Arrival {
+                t_ms: t,
+                shard,
+                seq: tkt.seq,
+            };
+            fifo_place(env, sale, me).await
+        }
+        Some(_) => None,
+        None if snap.drawn => prequeue_place(env, sale, &claims.sub, shard, &snap).await,
+        None => None,
+    };
+    let Some(p) = place else {
+        let body = status_body(env, sale, &claims.sub, ticket, None, after_start, &snap)?;
+        return reply(&body);
+    };
+    let fresh = Claims::new(
+        TokenType::Ticket,
+        claims.sub.as_str(),
+        Some(sale.to_string()),
+        now_ms() / 1000,
+        TICKET_TTL_SECS,
+    )
+    .with_ticket(TicketData {
+        place: Some(p),
+        shard: Some(shard),
+        ..tkt
+    });
+    let renewed = tickets.sign(&fresh);
+    JOINED.with(|m| {
+        bounded(
+            &mut m.borrow_mut(),
+            MAX_JOINED,
+            format!("{sale}/{}", claims.sub),
+            (renewed.clone(), fresh.exp),
+        )
+    });
+    let body = status_body(
+        env,
+        sale,
+        &claims.sub,
+        &renewed,
+        Some(p),
+        after_start,
+        &snap,
+    )?;
+    reply(&body)
+}
+
+/// Waits while another request of this isolate fetches piece `id` (the
+/// first poll after the draw comes in a crowd: one fetch per piece, not one
+/// per concurrent poll). Returns once it is no longer being fetched.
+async fn await_piece(id: &str, in_memory: impl Fn() -> bool) {
+    let start = now_ms();
+    while !in_memory()
+        && now_ms().saturating_sub(start) < PIECE_WAIT_MS
+        && LOADING.with(|m| {
+            m.borrow()
+                .get(id)
+                .is_some_and(|t| now_ms().saturating_sub(*t) < PIECE_WAIT_MS)
+        })
+    {
+        worker::Delay::from(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// An immutable JSON piece: Cache API, else `load` (then cached for good).
+async fn immutable(id: &str, load: impl Future<Output = ApiResult<Value>>) -> Option<Value> {
+    LOADING.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id.to_string(), now_ms()));
+    let got = immutable_uncounted(id, load).await;
+    LOADING.with(|m| m.borrow_mut().remove(id));
+    got
+}
+
+async fn immutable_uncounted(
+    id: &str,
+    load: impl Future<Output = ApiResult<Value>>,
+) -> Option<Value> {
+    let ck = cache_key("piece", id);
+    if let Ok(Some(mut r)) = Cache::default().get(ck.as_str(), false).await
+        && let Ok(t) = r.text().await
+        && let Ok(v) = serde_json::from_str::<Value>(&t)
+    {
+        return Some(v);
+    }
+    let v = load.await.ok()?;
+    cache_put_json(&ck, 200, &v.to_string(), IMMUTABLE_SECS).await;
+    Some(v)
+}
+
+async fn draw_index(env: &Env, sale: &str, commitment: &str) -> Option<Rc<Vec<ShardIndex>>> {
+    let id = format!("{sale}/{commitment}/index");
+    await_piece(&id, || INDEXES.with(|m| m.borrow().contains_key(&id))).await;
+    if let Some(x) = INDEXES.with(|m| m.borrow().get(&id).cloned()) {
+        return Some(x);
+    }
+    let v = immutable(
+        &id,
+        call_coordinator(env, sale, Method::Get, "/index", None),
+    )
+    .await?;
+    let x: Vec<ShardIndex> = serde_json::from_value(v["shards"].clone()).ok()?;
+    let x = Rc::new(x);
+    INDEXES.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, id, x.clone()));
+    Some(x)
+}
+
+async fn bucket(
+    env: &Env,
+    sale: &str,
+    commitment: &str,
+    k: u32,
+    j: u64,
+) -> Option<Rc<Vec<String>>> {
+    let id = format!("{sale}/{commitment}/b/{k}/{j}");
+    await_piece(&id, || BUCKETS.with(|m| m.borrow().contains_key(&id))).await;
+    if let Some(x) = BUCKETS.with(|m| m.borrow().get(&id).cloned()) {
+        return Some(x);
+    }
+    let path = format!("/bucket?j={j}");
+    let v = immutable(&id, call_shard(env, sale, k, Method::Get, &path, None)).await?;
+    let x: Vec<String> = serde_json::from_value(v["values"].clone()).ok()?;
+    let x = Rc::new(x);
+    BUCKETS.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id, x.clone()));
+    Some(x)
+}
+
+/// The drawn place of value `v`: `1 + Σ_k count_k(< v)` from every shard's
+/// index and the one bucket of each shard that straddles `v`.
+async fn place_of_value(
+    env: &Env,
+    sale: &str,
+    commitment: &str,
+    index: &[ShardIndex],
+    v: &str,
+) -> Option<u64> {
+    let mut held: Vec<Rc<Vec<String>>> = Vec::with_capacity(index.len());
+    for (k, ix) in index.iter().enumerate() {
+        match ix.straddling(v) {
+            Some(j) => held.push(bucket(env, sale, commitment, k as u32, j).await?),
+            None => held.push(Rc::new(Vec::new())),
+        }
+    }
+    let parts: Vec<(&ShardIndex, &[String])> = index
+        .iter()
+        .zip(&held)
+        .map(|(ix, b)| (ix, b.as_slice()))
+        .collect();
+    place_of(v, &parts)
+}
+
+async fn prequeue_place(
+    env: &Env,
+    sale: &str,
+    sub: &str,
+    shard: u32,
+    snap: &Snapshot,
+) -> Option<u64> {
+    let seed = snap.seed.as_deref()?;
+    let index = draw_index(env, sale, &snap.commitment).await?;
+    let own = index.get(shard as usize)?;
+    let v = draw::draw_key(seed, sub);
+    let j = own.straddling(&v)?;
+    let b = bucket(env, sale, &snap.commitment, shard, j).await?;
+    if !is_member(own, &v, &b) {
+        // A ticket of someone who joined after the entrant set froze.
+        return None;
+    }
+    place_of_value(env, sale, &snap.commitment, &index, &v).await
+}
+
+async fn fifo_place(env: &Env, sale: &str, me: Arrival) -> Option<u64> {
+    let second = me.t_ms / 1000;
+    let id = format!("{sale}/s/{second}");
+    let sec = match SECONDS.with(|m| m.borrow().get(&id).cloned()) {
+        Some(s) => s,
+        None => {
+            let path = format!("/arrivals?s={second}");
+            let v = call_coordinator(env, sale, Method::Get, &path, None)
+                .await
+                .ok()?;
+            let mut s: SecondArrivals = serde_json::from_value(v["arrivals"].clone()).ok()?;
+            if !s.complete {
+                return None;
+            }
+            // The pre-queue goes into `before`: the cached piece is whole.
+            s.before += v["prequeue"].as_u64().unwrap_or(0);
+            let s = Rc::new(s);
+            SECONDS.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id, s.clone()));
+            s
+        }
+    };
+    sec.place_of(0, me)
+}
+
+// ------------------------------------------------------------ draw audit
+
+/// `GET /api/sales/{sale}/draw`: the commitment, and after the draw the seed
+/// and each shard's bucket count; `?shard=k&bucket=j` lists one bucket
+/// (≤ 512 values) with each value's global place — immutable, cached.
+pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let url = req.url().map_err(internal)?;
+    // Unknown sales are refused before an object is created for them.
+    origin_summary(env, sale).await?;
+    let snap = snapshot(env, sale).await?;
+    let (Some(k), Some(j)) = (query(&url, "shard"), query(&url, "bucket")) else {
+        let v = call_coordinator(env, sale, Method::Get, "/draw", None).await?;
+        let cache = if snap.drawn {
+            "public, max-age=3600"
+        } else {
+            "public, max-age=1"
+        };
+        return json_response(200, &v, cache).map_err(internal);
+    };
+    let bad = || ApiError::new(400, "bad_request", "shard and bucket must be in range");
+    let k: u32 = k.parse().map_err(|_| bad())?;
+    let j: u64 = j.parse().map_err(|_| bad())?;
+    if !snap.drawn {
+        return Err(ApiError::new(
+            409,
+            "not_drawn",
+            "the draw has not happened yet",
+        ));
+    }
+    let unavailable = || ApiError::new(503, "queue_unavailable", "try again").retry_after(1);
+    let index = draw_index(env, sale, &snap.commitment)
+        .await
+        .ok_or_else(unavailable)?;
+    let ix = index.get(k as usize).ok_or_else(bad)?;
+    if j >= ix.firsts.len() as u64 {
+        return Err(bad());
+    }
+    let values = bucket(env, sale, &snap.commitment, k, j)
+        .await
+        .ok_or_else(unavailable)?;
+    let mut entries = Vec::with_capacity(values.len());
+    for v in values.iter() {
+        let p = place_of_value(env, sale, &snap.commitment, &index, v)
+            .await
+            .ok_or_else(unavailable)?;
+        entries.push(json!({"place": p, "key": v}));
+    }
+    let body = json!({"shard": k, "bucket": j, "entries": entries});
+    json_response(200, &body, "public, max-age=86400, immutable").map_err(internal)
+}
+
+// ------------------------------------------------------------- dev hook
+
+#[derive(Deserialize)]
+struct BulkReq {
+    prefix: String,
+    from: u64,
+    to: u64,
+}
+
+/// DEV_MODE only (the router checks): loads synthetic pre-queue entrants
+/// `prefix-i`, `i` in `from..to`, into the sale's shards.
+pub(crate) async fn bulk(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
+    let b: BulkReq = req.json().await.map_err(|_| {
+        ApiError::new(
+            400,
+            "malformed_json",
+            "body must be {\"prefix\", \"from\", \"to\"}",
+        )
+    })?;
+    if b.to < b.from || b.to - b.from > BULK_MAX || !crate::api::valid_id(&b.prefix) {
+        return Err(ApiError::new(
+            422,
+            "bad_request",
+            format!("a valid prefix and at most {BULK_MAX} entrants per call"),
+        ));
+    }
+    let cfg = sale_cfg(env, sale).await?;
+    let mut added = 0u64;
+    for k in 0..cfg.shards {
+        let body = json!({"prefix": b.prefix, "from": b.from, "to": b.to, "shard": k,
+                          "shards": cfg.shards, "starts_at_ms": cfg.starts_at_ms});
+        let v = call_shard(env, sale, k, Method::Post, "/bulk", Some(&body)).await?;
+        added += v["added"].as_u64().unwrap_or(0);
+    }
+    reply(&json!({"added": added, "shards": cfg.shards}))
+}
