@@ -275,6 +275,10 @@ async fn check_hold_states(
 ///   carries (Postgres, and the surviving hold records), so a retried key
 ///   gets its first answer, never a second hold.
 ///
+/// - quota on surviving home shards for spilled holds released on a lost
+///   shard (their `unquota` note was lost with it): given back when
+///   Postgres says the hold is no longer live.
+///
 /// Key records are restored (`SET NX`) before rebuild.lua sets the stock:
 /// until then the shard answers UNINITIALIZED, so nothing races them.
 /// While a home shard is lost its accounts cannot start a reservation; only
@@ -386,6 +390,7 @@ pub async fn rebuild_sale(
             idem.insert(hash, (rec, h.created_ms as i64));
         }
         let mut pipe = redis::pipe();
+        let mut restoring = 0;
         for (hash, (rec, created_ms)) in &idem {
             let ttl = IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000;
             if ttl > 0 {
@@ -396,9 +401,14 @@ pub async fn rebuild_sale(
                     .arg("EX")
                     .arg(ttl)
                     .ignore();
+                restoring += 1;
             }
         }
-        let _: () = pipe.query_async(&mut conn).await?;
+        // Redis refuses an empty pipeline ("empty command"): a shard with
+        // no key records to restore must still be rebuilt.
+        if restoring > 0 {
+            let _: () = pipe.query_async(&mut conn).await?;
+        }
         let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
         let data = json!({"holds": holds, "users": users, "quota": quota});
         let done: i64 = engine
@@ -415,7 +425,58 @@ pub async fn rebuild_sale(
             rebuilt.push(i);
         }
     }
+    return_lost_notes(engine, pool, sale, &lost).await?;
     Ok(rebuilt)
+}
+
+/// A spilled hold released on a lost shard left an `unquota` note there for
+/// its home shard's count; if the sweep had not carried it over, the note
+/// was lost with the shard. Postgres says which of those holds are no longer
+/// live: their quota goes back now (quota_return.lua: at most once per hold
+/// id, so a note carried over meanwhile changes nothing). A hold Postgres
+/// never heard of keeps its quota: the count stays on the safe side.
+async fn return_lost_notes(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    lost: &[usize],
+) -> Result<(), ReconcileError> {
+    let mut conn = engine.conn.clone();
+    for (h, k) in sale.shards.iter().enumerate() {
+        if lost.contains(&h) {
+            continue;
+        }
+        let quota: HashMap<String, String> = conn.hgetall(&k.quota).await?;
+        let ids: Vec<&String> = quota.keys().collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let lost_shards: Vec<i32> = lost.iter().map(|&i| i as i32).collect();
+        let over: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM reservations
+             WHERE sale_id = $1 AND id = ANY($2) AND shard = ANY($3)
+               AND status NOT IN ('settled', 'pending_payment', 'paid')",
+        )
+        .bind(&sale.config.id)
+        .bind(&ids)
+        .bind(&lost_shards)
+        .fetch_all(pool)
+        .await?;
+        for id in over {
+            let returned: i64 = engine
+                .scripts
+                .quota_return
+                .key(&k.users)
+                .key(&k.quota)
+                .arg(&id)
+                .invoke_async(&mut conn)
+                .await?;
+            if returned == 1 {
+                tracing::warn!(sale = %sale.config.id, shard = h, hold = %id, "rebuild: returned the quota of a released hold whose note was lost");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reconciles every active sale each `interval` until cancelled.
