@@ -279,6 +279,10 @@ async fn check_hold_states(
 ///   shard (their `unquota` note was lost with it): given back when
 ///   Postgres says the hold is no longer live.
 ///
+/// - take.lua's decision markers on a lost shard: from where each spilled
+///   hold landed (Postgres and surviving records), so a replayed spill
+///   never decides twice.
+///
 /// Key records are restored (`SET NX`) before rebuild.lua sets the stock:
 /// until then the shard answers UNINITIALIZED, so nothing races them.
 /// While a home shard is lost its accounts cannot start a reservation; only
@@ -389,14 +393,55 @@ pub async fn rebuild_sale(
                              "rq": h.requested.unwrap_or(h.qty)});
             idem.insert(hash, (rec, h.created_ms as i64));
         }
+        // take.lua's once-only decisions on this shard for spills from other
+        // homes: HELD where a spilled hold landed here, EMPTY where a spill
+        // walked past this shard to land further on. Without them a replay
+        // of a spill whose quota_commit never ran would decide again: grant
+        // the same hold id twice, or give back the quota of a live hold.
+        let n = sale.shards.len();
+        let mut markers: Vec<(String, &str, i64)> = Vec::new();
+        let spills = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.id.as_str(),
+                    r.home as usize,
+                    r.shard as usize,
+                    r.created_at.timestamp_millis(),
+                )
+            })
+            .chain(
+                surviving
+                    .iter()
+                    .map(|(id, s, h)| (id.as_str(), h.home, *s, h.created_ms as i64)),
+            );
+        for (id, home, shard, created_ms) in spills {
+            if home == shard || home >= n || shard >= n {
+                continue;
+            }
+            let walked_past = (1..(shard + n - home) % n).any(|step| (home + step) % n == i);
+            if shard == i {
+                markers.push((k.spill_marker(id), "H", created_ms));
+            } else if walked_past {
+                markers.push((k.spill_marker(id), "E", created_ms));
+            }
+        }
         let mut pipe = redis::pipe();
         let mut restoring = 0;
-        for (hash, (rec, created_ms)) in &idem {
+        let records = idem
+            .iter()
+            .map(|(hash, (rec, created_ms))| (k.idem_at(hash), rec.to_string(), *created_ms))
+            .chain(
+                markers
+                    .into_iter()
+                    .map(|(key, v, c)| (key, v.to_string(), c)),
+            );
+        for (key, value, created_ms) in records {
             let ttl = IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000;
             if ttl > 0 {
                 pipe.cmd("SET")
-                    .arg(k.idem_at(hash))
-                    .arg(rec.to_string())
+                    .arg(key)
+                    .arg(value)
                     .arg("NX")
                     .arg("EX")
                     .arg(ttl)

@@ -879,3 +879,41 @@ async fn regression_rebuild_returns_quota_whose_release_note_was_lost() {
     ];
     regression(setup, ops).await;
 }
+
+/// A spill that crashed after take.lua granted the hold (before
+/// quota_commit) is replayed after the shard holding it was lost and
+/// rebuilt: take.lua's once-only decision marker must survive the rebuild,
+/// or the replay grants the same hold id a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_replayed_spill_after_its_shard_was_rebuilt() {
+    use Op::*;
+    // With 2 shards, acct0 and acct2 share home shard 0.
+    let setup = Setup {
+        shards: 2,
+        units: 2,
+        limit: 1,
+        accounts: 4,
+    };
+    let ops = vec![
+        Reserve {
+            acct: 0,
+            key: 0,
+            qty: 1,
+            crash: None,
+        },
+        Reserve {
+            acct: 2,
+            key: 0,
+            qty: 1,
+            crash: Some(1),
+        },
+        LoseAndRebuild { shard: 1 },
+        Reserve {
+            acct: 2,
+            key: 0,
+            qty: 1,
+            crash: None,
+        },
+    ];
+    regression(setup, ops).await;
+}
