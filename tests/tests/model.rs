@@ -80,14 +80,14 @@ pub struct Setup {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4u8, 0..3u8, 1..4u8, prop::option::weighted(0.25, 0..4u8))
+        8 => (0..4u8, 0..3u8, 1..4u8, prop::option::weighted(0.35, 0..4u8))
             .prop_map(|(acct, key, qty, crash)| Op::Reserve { acct, key, qty, crash }),
         2 => any::<u8>().prop_map(|pick| Op::Cancel { pick }),
         2 => any::<u8>().prop_map(|pick| Op::Confirm { pick }),
         2 => Just(Op::Sweep),
         1 => Just(Op::Settle),
         2 => Just(Op::TimePasses),
-        1 => (0..4u8).prop_map(|shard| Op::LoseAndRebuild { shard }),
+        2 => (0..4u8).prop_map(|shard| Op::LoseAndRebuild { shard }),
     ]
 }
 
