@@ -586,9 +586,11 @@ pub struct RaceResult {
     pub refusals: HashMap<String, usize>,
 }
 
-/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1,
-/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2; a sampler
-/// watches that no shard's stock ever reads negative.
+/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1 or 2,
+/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2, so partial
+/// fills and spills meet concurrency; a sampler reads each shard atomically
+/// (MULTI: stock and hold records together) and checks that its stock and
+/// held units always add up to its share.
 pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     let _heavy = HEAVY.lock().await;
     let cfg = app.create_sale(sale_spec(sale, 1_000, 2, 4)).await;
@@ -596,17 +598,42 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     let sampler = {
         let stop = stop.clone();
         let mut conn = app.redis().await;
-        let keys: Vec<String> = cfg
+        let keys: Vec<(origin::store::ShardKeys, i64)> = cfg
             .shard_tags
             .iter()
-            .map(|t| origin::store::ShardKeys::new(&app.prefix, t).stock)
+            .enumerate()
+            .map(|(i, t)| {
+                let share = origin::sales::shard_units(1_000, 4, i as i32);
+                (
+                    origin::store::ShardKeys::new(&app.prefix, t),
+                    i64::from(share),
+                )
+            })
             .collect();
         tokio::spawn(async move {
             let mut samples = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                for k in &keys {
-                    let v: i64 = conn.get(k).await.unwrap();
-                    assert!(v >= 0, "stock of {k} read {v}");
+                for (k, share) in &keys {
+                    let (stock, holds): (i64, Vec<String>) = redis::pipe()
+                        .atomic()
+                        .get(&k.stock)
+                        .hvals(&k.holds)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    let held: i64 = holds
+                        .iter()
+                        .map(|raw| {
+                            serde_json::from_str::<Value>(raw).unwrap()["q"]
+                                .as_i64()
+                                .unwrap()
+                        })
+                        .sum();
+                    assert!(
+                        stock >= 0 && stock + held == *share,
+                        "shard {}: stock {stock} + held {held} != share {share}",
+                        k.stock
+                    );
                 }
                 samples += 1;
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -628,9 +655,12 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
         .map(|(acct, key)| {
             let token = tokens[&acct].clone();
             async move {
-                let (status, body, _) = app
-                    .reserve(sale, Some(&token), Some(&key), r#"{"qty":1}"#)
-                    .await;
+                let body = if key.ends_with(['1', '3']) {
+                    r#"{"qty":2}"#
+                } else {
+                    r#"{"qty":1}"#
+                };
+                let (status, body, _) = app.reserve(sale, Some(&token), Some(&key), body).await;
                 (acct, status, body)
             }
         })
@@ -638,7 +668,7 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
         .collect()
         .await;
     stop.store(true, Ordering::Relaxed);
-    let samples = sampler.await.expect("stock never negative");
+    let samples = sampler.await.expect("every sample: stock + held = share");
     assert!(samples > 0);
     let mut out = RaceResult {
         granted: HashMap::new(),
