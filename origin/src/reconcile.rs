@@ -261,6 +261,45 @@ async fn check_hold_states(
     Ok(())
 }
 
+/// A hold or release record still in a surviving shard's stream, as far as
+/// a rebuild needs it to restore the hold's Idempotency-Key record.
+struct StreamHold {
+    id: String,
+    shard: usize,
+    home: usize,
+    idem: String,
+    qty: i64,
+    requested: i64,
+    expires_ms: i64,
+    created_ms: i64,
+}
+
+impl StreamHold {
+    fn parse(e: &redis::streams::StreamId, shard: usize) -> Option<Self> {
+        let int = |f: &str| e.get::<String>(f).and_then(|v| v.parse::<i64>().ok());
+        let created = match e.get::<String>("t")?.as_str() {
+            "hold" => int("at")?,
+            "release" => int("created")?,
+            _ => return None,
+        };
+        let idem: String = e.get("idem")?;
+        if idem.is_empty() {
+            return None;
+        }
+        let qty = int("qty")?;
+        Some(StreamHold {
+            id: e.get("id")?,
+            shard,
+            home: usize::try_from(int("home")?).ok()?,
+            idem,
+            qty,
+            requested: int("rq").unwrap_or(qty),
+            expires_ms: int("exp")?,
+            created_ms: created,
+        })
+    }
+}
+
 /// Rebuilds every shard of `sale` whose keys are gone; returns them.
 ///
 /// Where each fact comes from:
@@ -272,8 +311,9 @@ async fn check_hold_states(
 ///   shards' own hold records for the rest — settled or not, so a lagging
 ///   settler cannot make a count too low (no waiting on settlement);
 /// - Idempotency-Key records of those accounts: the key hash each hold
-///   carries (Postgres, and the surviving hold records), so a retried key
-///   gets its first answer, never a second hold.
+///   carries (Postgres, the surviving shards' unsettled stream records —
+///   also of holds released since — and the surviving hold records), so a
+///   retried key gets its first answer, never a second hold.
 ///
 /// - quota on surviving home shards for spilled holds released on a lost
 ///   shard (their `unquota` note was lost with it): given back when
@@ -317,6 +357,17 @@ pub async fn rebuild_sale(
                 surviving.push((id, i, h));
             }
         }
+    }
+    // Holds and releases surviving shards have not settled yet: Postgres
+    // does not know them, and a released hold is gone from the records
+    // above, yet its Idempotency-Key must still get its first answer.
+    let mut unsettled: Vec<StreamHold> = Vec::new();
+    for (i, k) in sale.shards.iter().enumerate() {
+        if lost.contains(&i) {
+            continue;
+        }
+        let entries: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await?;
+        unsettled.extend(entries.ids.iter().filter_map(|e| StreamHold::parse(e, i)));
     }
     let since = Utc::now() - chrono::Duration::seconds(IDEMPOTENCY_TTL_SECS as i64);
     let rows: Vec<RebuildRow> = sqlx::query_as(
@@ -386,6 +437,11 @@ pub async fn rebuild_sale(
             let rec = json!({"st": "held", "id": r.id, "sh": r.shard, "e": r.expires_at.timestamp_millis(),
                              "q": r.qty, "rq": r.requested_qty.unwrap_or(r.qty)});
             idem.insert(hash, (rec, r.created_at.timestamp_millis()));
+        }
+        for u in unsettled.iter().filter(|u| u.home == i) {
+            let rec = json!({"st": "held", "id": u.id, "sh": u.shard, "e": u.expires_ms, "q": u.qty,
+                             "rq": u.requested});
+            idem.insert(&u.idem, (rec, u.created_ms));
         }
         for (id, s, h) in surviving.iter().filter(|(_, _, h)| h.home == i) {
             let Some(hash) = &h.idem else { continue };

@@ -917,3 +917,33 @@ async fn regression_replayed_spill_after_its_shard_was_rebuilt() {
     ];
     regression(setup, ops).await;
 }
+
+/// Found by the model: a spilled hold released on a surviving shard whose
+/// settler lags (hold and release still in that shard's stream, unknown to
+/// Postgres) left no trace a rebuild of its home shard read, so its
+/// Idempotency-Key record was not restored and a retry of the key got a
+/// second hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_rebuild_restores_keys_of_released_unsettled_spills() {
+    use Op::*;
+    let setup = Setup {
+        shards: 2,
+        units: 2,
+        limit: 2,
+        accounts: 1,
+    };
+    let reserve = |key| Reserve {
+        acct: 0,
+        key,
+        qty: 1,
+        crash: None,
+    };
+    let ops = vec![
+        reserve(0),
+        reserve(2),
+        Cancel { pick: 109 },
+        LoseAndRebuild { shard: 0 },
+        reserve(2),
+    ];
+    regression(setup, ops).await;
+}
