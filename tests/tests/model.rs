@@ -369,7 +369,7 @@ pub async fn replay(app: &TestApp, setup: &Setup, ops: &[Op]) -> Result<(), Stri
     Ok(())
 }
 
-fn pick<'a>(model: &'a Model, pick: u8) -> Option<(&'a String, &'a MHold)> {
+fn pick(model: &Model, pick: u8) -> Option<(&String, &MHold)> {
     let n = model.live.len();
     (n > 0).then(|| model.live.iter().nth(usize::from(pick) % n).unwrap())
 }

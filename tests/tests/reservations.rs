@@ -722,7 +722,7 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
 /// retry with the same Idempotency-Key is a fresh reservation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_past_max_in_flight_is_shed_with_429_and_changes_nothing() {
-    let _heavy = tests::HEAVY.lock().await;
+    let _heavy = tests::heavy().await;
     let app = TestApp::spawn_with(AppOptions {
         max_in_flight: 2,
         workers: Workers::NONE,
