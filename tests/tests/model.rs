@@ -54,6 +54,9 @@ pub enum Op {
         qty: u8,
         crash: Option<u8>,
     },
+    /// Retry a key whose spill is unfinished (a crashed request), with
+    /// its first qty, as a client retrying after a timeout would.
+    Retry { pick: u8 },
     /// Cancel a live hold, as `DELETE /api/reservations/:id` does.
     Cancel { pick: u8 },
     /// A successful payment: confirm.lua, then the reservation row `paid`.
@@ -82,6 +85,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0..4u8, 0..3u8, 1..4u8, prop::option::weighted(0.35, 0..4u8))
             .prop_map(|(acct, key, qty, crash)| Op::Reserve { acct, key, qty, crash }),
+        2 => any::<u8>().prop_map(|pick| Op::Retry { pick }),
         2 => any::<u8>().prop_map(|pick| Op::Cancel { pick }),
         2 => any::<u8>().prop_map(|pick| Op::Confirm { pick }),
         2 => Just(Op::Sweep),
@@ -385,6 +389,32 @@ async fn apply(
     let n = sale.shards.len();
     let limit = i64::from(setup.limit);
     let mut conn = engine.conn.clone();
+    let retry;
+    let op = match op {
+        Op::Retry { pick } => {
+            let mut pending: Vec<(&(String, u8), i64)> = model
+                .keys
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    MKey::Pending { rq, .. } => Some((k, *rq)),
+                    MKey::Held { .. } => None,
+                })
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            pending.sort();
+            let ((acct, key), rq) = pending[usize::from(*pick) % pending.len()];
+            retry = Op::Reserve {
+                acct: acct.trim_start_matches("acct").parse().unwrap(),
+                key: *key,
+                qty: rq as u8,
+                crash: None,
+            };
+            &retry
+        }
+        other => other,
+    };
     match op {
         Op::Reserve {
             acct,
@@ -662,6 +692,7 @@ async fn apply(
                     .map_err(|e| e.to_string())?;
             }
         }
+        Op::Retry { .. } => unreachable!("resolved to a Reserve above"),
         Op::Sweep => {
             origin::sweep::sweep_sale(engine, sale)
                 .await
