@@ -1032,7 +1032,9 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
 async fn a_paid_hold_outlives_its_hold_time_and_keeps_counting_toward_the_limit() {
     let app = TestApp::spawn().await;
     let mut spec = sale_spec("paidlife", 3, 1, 1);
-    spec.hold_seconds = 3;
+    // Long enough that reserve, purchase and webhook never race it on a
+    // busy machine; the wait below is measured from the hold's own expiry.
+    spec.hold_seconds = 5;
     app.create_sale(spec).await;
     let sale = app.state.sales.get("paidlife").await.unwrap().unwrap();
     let (id, t) = reserve_one(&app, "paidlife", "pia").await;
@@ -1048,7 +1050,14 @@ async fn a_paid_hold_outlives_its_hold_time_and_keeps_counting_toward_the_limit(
     assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
     // Well past the hold time; the sweep runs every 200 ms meanwhile, and a
     // reservation by someone else reclaims expired holds on demand.
-    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let expires: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT expires_at FROM reservations WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(1_500)).await;
     let (s, b, _) = app
         .reserve(
             "paidlife",
