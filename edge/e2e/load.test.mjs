@@ -79,5 +79,8 @@ test(`${PEOPLE} fast clients for ${WINDOW_MS / 1000} s: origin reservation traff
   assert.ok(admitted.length <= RATE * elapsedS + 1, `admitted ${admitted.length} in ${elapsedS} s at ${RATE}/s`);
   assert.ok(reached <= budget, `origin saw ${reached} reservations; the admitted people's budget is ${budget}`);
   assert.ok(reached <= bound, `origin saw ${reached} > rate × window bound ${bound}`);
-  assert.ok(attempts >= 3 * reached, `the clients tried hard: ${attempts} attempts for ${reached} reached`);
+  // Meaningful only if the clients asked for more than their budget (else
+  // an edge that let everything through would pass too).
+  assert.ok(attempts > budget && edge429 > 0,
+    `the clients must exceed their budget: ${attempts} attempts, budget ${budget}, ${edge429} refused`);
 });
