@@ -33,7 +33,7 @@ test(`${PEOPLE} fast clients for ${WINDOW_MS / 1000} s: origin reservation traff
   const end = t0 + WINDOW_MS;
   let edge429 = 0;
   // Each person runs LANES loops at once (a script, not a browser tab).
-  const LANES = 4;
+  const LANES = 8;
   await Promise.all(people.flatMap((p) => Array.from({ length: LANES }, (_, lane) => [p, lane])).map(async ([p, lane]) => {
     while (Date.now() < end) {
       if (!p.admit) {
