@@ -20,13 +20,13 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { AxeBuilder } from '@axe-core/playwright';
-import { EDGE, call, createSale, rid, userToken } from './lib.mjs';
+import { EDGE, call, createSale, rid, skipUnless, userToken } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const OUT = process.env.SCREENSHOT_DIR || join(process.cwd(), 'test-output', 'edge-page');
 const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
   '--disable-component-update', '--disable-sync', '--no-first-run'];
-const skip = !existsSync(CHROMIUM) && `${CHROMIUM} missing (scripts/setup installs it)`;
+const skip = skipUnless(existsSync(CHROMIUM), `${CHROMIUM} missing (scripts/setup installs it)`);
 const AXE = {};
 
 // Runs in the page before its own script: CSP violations become console

@@ -9,7 +9,9 @@
 //! - at most `limit` requests are allowed per key in any window of
 //!   `window_ms` starting at the key's first request;
 //! - memory stays bounded: at most `max_keys` keys are remembered (expired
-//!   windows are dropped first, and if that is not enough everything is).
+//!   windows are dropped first; if every window is live, a new key is
+//!   refused until one ends — never are live budgets wiped, which would
+//!   fail open).
 
 use std::collections::HashMap;
 
@@ -38,7 +40,12 @@ impl Limiter {
             self.windows
                 .retain(|_, (start, _)| now_ms.saturating_sub(*start) < w);
             if self.windows.len() >= self.max_keys {
-                self.windows.clear();
+                // Full of live windows: refuse the newcomer until the oldest
+                // window ends. Dropping windows instead would hand every
+                // dropped key a fresh budget (fail open, against invariant 8).
+                let oldest = self.windows.values().map(|(start, _)| *start).min();
+                let until = oldest.map_or(w, |s| (s + w).saturating_sub(now_ms));
+                return Err(until.max(1));
             }
         }
         let entry = self.windows.entry(key.to_string()).or_insert((now_ms, 0));
@@ -66,6 +73,27 @@ mod tests {
         assert_eq!(l.check("a", 2_000), Err(9_000));
         assert_eq!(l.check("b", 2_000), Ok(()), "keys are independent");
         assert_eq!(l.check("a", 11_000), Ok(()), "a new window");
+    }
+
+    /// A full map must not wipe budgets (that would fail open: every
+    /// account that used its budget could send `limit` more at once): a
+    /// new key waits until a window ends, old keys keep their counts.
+    #[test]
+    fn a_full_map_refuses_new_keys_and_keeps_every_budget() {
+        let mut l = Limiter::new(2, 10_000, 3);
+        for k in ["a", "b", "c"] {
+            assert_eq!(l.check(k, 1_000), Ok(()));
+            assert_eq!(l.check(k, 1_000), Ok(()));
+        }
+        assert_eq!(
+            l.check("d", 2_000),
+            Err(9_000),
+            "no room: wait for a window to end"
+        );
+        assert_eq!(l.check("a", 2_000), Err(9_000), "a's budget is still spent");
+        assert!(l.windows.len() <= 3);
+        assert_eq!(l.check("d", 11_000), Ok(()), "expired windows make room");
+        assert_eq!(l.check("a", 11_000), Ok(()), "a new window for a");
     }
 
     #[test]

@@ -261,6 +261,45 @@ async fn check_hold_states(
     Ok(())
 }
 
+/// A hold or release record still in a surviving shard's stream, as far as
+/// a rebuild needs it to restore the hold's Idempotency-Key record.
+struct StreamHold {
+    id: String,
+    shard: usize,
+    home: usize,
+    idem: String,
+    qty: i64,
+    requested: i64,
+    expires_ms: i64,
+    created_ms: i64,
+}
+
+impl StreamHold {
+    fn parse(e: &redis::streams::StreamId, shard: usize) -> Option<Self> {
+        let int = |f: &str| e.get::<String>(f).and_then(|v| v.parse::<i64>().ok());
+        let created = match e.get::<String>("t")?.as_str() {
+            "hold" => int("at")?,
+            "release" => int("created")?,
+            _ => return None,
+        };
+        let idem: String = e.get("idem")?;
+        if idem.is_empty() {
+            return None;
+        }
+        let qty = int("qty")?;
+        Some(StreamHold {
+            id: e.get("id")?,
+            shard,
+            home: usize::try_from(int("home")?).ok()?,
+            idem,
+            qty,
+            requested: int("rq").unwrap_or(qty),
+            expires_ms: int("exp")?,
+            created_ms: created,
+        })
+    }
+}
+
 /// Rebuilds every shard of `sale` whose keys are gone; returns them.
 ///
 /// Where each fact comes from:
@@ -272,8 +311,17 @@ async fn check_hold_states(
 ///   shards' own hold records for the rest — settled or not, so a lagging
 ///   settler cannot make a count too low (no waiting on settlement);
 /// - Idempotency-Key records of those accounts: the key hash each hold
-///   carries (Postgres, and the surviving hold records), so a retried key
-///   gets its first answer, never a second hold.
+///   carries (Postgres, the surviving shards' unsettled stream records —
+///   also of holds released since — and the surviving hold records), so a
+///   retried key gets its first answer, never a second hold.
+///
+/// - quota on surviving home shards for spilled holds released on a lost
+///   shard (their `unquota` note was lost with it): given back when
+///   Postgres says the hold is no longer live.
+///
+/// - take.lua's decision markers on a lost shard: from where each spilled
+///   hold landed (Postgres and surviving records), so a replayed spill
+///   never decides twice.
 ///
 /// Key records are restored (`SET NX`) before rebuild.lua sets the stock:
 /// until then the shard answers UNINITIALIZED, so nothing races them.
@@ -309,6 +357,17 @@ pub async fn rebuild_sale(
                 surviving.push((id, i, h));
             }
         }
+    }
+    // Holds and releases surviving shards have not settled yet: Postgres
+    // does not know them, and a released hold is gone from the records
+    // above, yet its Idempotency-Key must still get its first answer.
+    let mut unsettled: Vec<StreamHold> = Vec::new();
+    for (i, k) in sale.shards.iter().enumerate() {
+        if lost.contains(&i) {
+            continue;
+        }
+        let entries: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await?;
+        unsettled.extend(entries.ids.iter().filter_map(|e| StreamHold::parse(e, i)));
     }
     let since = Utc::now() - chrono::Duration::seconds(IDEMPOTENCY_TTL_SECS as i64);
     let rows: Vec<RebuildRow> = sqlx::query_as(
@@ -379,26 +438,78 @@ pub async fn rebuild_sale(
                              "q": r.qty, "rq": r.requested_qty.unwrap_or(r.qty)});
             idem.insert(hash, (rec, r.created_at.timestamp_millis()));
         }
+        for u in unsettled.iter().filter(|u| u.home == i) {
+            let rec = json!({"st": "held", "id": u.id, "sh": u.shard, "e": u.expires_ms, "q": u.qty,
+                             "rq": u.requested});
+            idem.insert(&u.idem, (rec, u.created_ms));
+        }
         for (id, s, h) in surviving.iter().filter(|(_, _, h)| h.home == i) {
             let Some(hash) = &h.idem else { continue };
             let rec = json!({"st": "held", "id": id, "sh": s, "e": h.expires_ms, "q": h.qty,
                              "rq": h.requested.unwrap_or(h.qty)});
             idem.insert(hash, (rec, h.created_ms as i64));
         }
+        // take.lua's once-only decisions on this shard for spills from other
+        // homes: HELD where a spilled hold landed here, EMPTY where a spill
+        // walked past this shard to land further on. Without them a replay
+        // of a spill whose quota_commit never ran would decide again: grant
+        // the same hold id twice, or give back the quota of a live hold.
+        let n = sale.shards.len();
+        let mut markers: Vec<(String, &str, i64)> = Vec::new();
+        let spills = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.id.as_str(),
+                    r.home as usize,
+                    r.shard as usize,
+                    r.created_at.timestamp_millis(),
+                )
+            })
+            .chain(
+                surviving
+                    .iter()
+                    .map(|(id, s, h)| (id.as_str(), h.home, *s, h.created_ms as i64)),
+            );
+        for (id, home, shard, created_ms) in spills {
+            if home == shard || home >= n || shard >= n {
+                continue;
+            }
+            let walked_past = (1..(shard + n - home) % n).any(|step| (home + step) % n == i);
+            if shard == i {
+                markers.push((k.spill_marker(id), "H", created_ms));
+            } else if walked_past {
+                markers.push((k.spill_marker(id), "E", created_ms));
+            }
+        }
         let mut pipe = redis::pipe();
-        for (hash, (rec, created_ms)) in &idem {
+        let mut restoring = 0;
+        let records = idem
+            .iter()
+            .map(|(hash, (rec, created_ms))| (k.idem_at(hash), rec.to_string(), *created_ms))
+            .chain(
+                markers
+                    .into_iter()
+                    .map(|(key, v, c)| (key, v.to_string(), c)),
+            );
+        for (key, value, created_ms) in records {
             let ttl = IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000;
             if ttl > 0 {
                 pipe.cmd("SET")
-                    .arg(k.idem_at(hash))
-                    .arg(rec.to_string())
+                    .arg(key)
+                    .arg(value)
                     .arg("NX")
                     .arg("EX")
                     .arg(ttl)
                     .ignore();
+                restoring += 1;
             }
         }
-        let _: () = pipe.query_async(&mut conn).await?;
+        // Redis refuses an empty pipeline ("empty command"): a shard with
+        // no key records to restore must still be rebuilt.
+        if restoring > 0 {
+            let _: () = pipe.query_async(&mut conn).await?;
+        }
         let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
         let data = json!({"holds": holds, "users": users, "quota": quota});
         let done: i64 = engine
@@ -415,7 +526,58 @@ pub async fn rebuild_sale(
             rebuilt.push(i);
         }
     }
+    return_lost_notes(engine, pool, sale, &lost).await?;
     Ok(rebuilt)
+}
+
+/// A spilled hold released on a lost shard left an `unquota` note there for
+/// its home shard's count; if the sweep had not carried it over, the note
+/// was lost with the shard. Postgres says which of those holds are no longer
+/// live: their quota goes back now (quota_return.lua: at most once per hold
+/// id, so a note carried over meanwhile changes nothing). A hold Postgres
+/// never heard of keeps its quota: the count stays on the safe side.
+async fn return_lost_notes(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    lost: &[usize],
+) -> Result<(), ReconcileError> {
+    let mut conn = engine.conn.clone();
+    for (h, k) in sale.shards.iter().enumerate() {
+        if lost.contains(&h) {
+            continue;
+        }
+        let quota: HashMap<String, String> = conn.hgetall(&k.quota).await?;
+        let ids: Vec<&String> = quota.keys().collect();
+        if ids.is_empty() {
+            continue;
+        }
+        let lost_shards: Vec<i32> = lost.iter().map(|&i| i as i32).collect();
+        let over: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM reservations
+             WHERE sale_id = $1 AND id = ANY($2) AND shard = ANY($3)
+               AND status NOT IN ('settled', 'pending_payment', 'paid')",
+        )
+        .bind(&sale.config.id)
+        .bind(&ids)
+        .bind(&lost_shards)
+        .fetch_all(pool)
+        .await?;
+        for id in over {
+            let returned: i64 = engine
+                .scripts
+                .quota_return
+                .key(&k.users)
+                .key(&k.quota)
+                .arg(&id)
+                .invoke_async(&mut conn)
+                .await?;
+            if returned == 1 {
+                tracing::warn!(sale = %sale.config.id, shard = h, hold = %id, "rebuild: returned the quota of a released hold whose note was lost");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reconciles every active sale each `interval` until cancelled.

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use origin::sales::Sale;
 use origin::startup::Workers;
 use redis::AsyncCommands;
-use tests::{AppOptions, HEAVY, OriginProcess, TestApp, sale_spec};
+use tests::{AppOptions, OriginProcess, TestApp, heavy, sale_spec};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_origin"))
@@ -93,7 +93,7 @@ async fn wait_drained(app: &TestApp, s: &Sale, origin: &OriginProcess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_reservation_race_loses_nothing() {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let app = control().await;
     app.create_sale(sale_spec("term", 5_000, 2, 4)).await;
     let mut first = OriginProcess::start(bin(), &app, &[("SETTLE_CLAIM_IDLE_MS", "1000")]).await;
@@ -204,6 +204,7 @@ async fn sigterm_during_a_reservation_race_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
+    let _heavy = heavy().await;
     let app = control().await;
     app.create_sale(sale_spec("stuck", 100, 2, 1)).await;
     let s = sale(&app, "stuck").await;
@@ -297,6 +298,7 @@ async fn a_batch_outlasting_the_grace_is_abandoned_and_taken_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_stop_flushes_the_outbox() {
+    let _heavy = heavy().await;
     let app = control().await;
     let mut origin = OriginProcess::start(bin(), &app, &[]).await;
     // Let the relay settle into its idle pause, then add events and stop at
@@ -325,6 +327,7 @@ async fn a_clean_stop_flushes_the_outbox() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_settle_worker_alone_stops_cleanly_on_sigterm() {
+    let _heavy = heavy().await;
     let app = control().await;
     app.create_sale(sale_spec("solo", 100, 2, 2)).await;
     let t = app.admit("solo-1", "solo");

@@ -24,10 +24,33 @@ use serde_json::Value;
 use token::{Claims, KeyRing, TokenType};
 use tokio_util::sync::CancellationToken;
 
-/// Held by load-heavy tests (races of thousands of requests) so that two of
-/// them never share the 2 CPU cores at once: their answers must not depend
-/// on timeouts under self-inflicted overload.
-pub static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Held (through [`heavy`]) by load-heavy and timing-sensitive tests so
+/// that two of them never share the 2 CPU cores at once — also when they
+/// live in different test binaries, which cargo runs side by side: an
+/// exclusive `flock` on one file of the checkout's `target/`.
+pub struct Heavy {
+    _file: std::fs::File,
+}
+
+/// Waits for the heavy-test lock; held until the returned guard drops
+/// (closing the file releases the lock, also when a test panics).
+pub async fn heavy() -> Heavy {
+    let dir = repo_root().join("target");
+    std::fs::create_dir_all(&dir).expect("target/ exists or can be made");
+    let path = dir.join(".heavy-tests.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("heavy-test lock file");
+        file.lock().expect("flock");
+        Heavy { _file: file }
+    })
+    .await
+    .expect("lock task")
+}
 
 /// Local Postgres maintenance URL (trust auth, as on the dev machines and CI).
 pub fn pg_admin_url() -> String {
@@ -40,7 +63,10 @@ pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-/// A free loopback TCP port.
+/// A loopback TCP port that was free a moment ago. Only for an address
+/// that must stay closed, or a server that cannot be handed a bound socket
+/// nor bind port 0 itself (Redis's TLS port): servers the tests start bind
+/// port 0 or a Unix socket themselves ([`RedisServer`], [`OriginProcess`]).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -407,9 +433,12 @@ pub fn parse_time(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-/// A `redis-server` owned by a test, on a free loopback port, in its own
-/// directory; killed on drop.
+/// A `redis-server` owned by a test, in its own directory; killed on drop.
+/// [`RedisServer::start`] listens on a Unix socket in that directory (no TCP
+/// port to pick, so nothing else can take its address between a kill and a
+/// restart); [`RedisServer::start_on`] listens on a TCP port (a cluster node).
 pub struct RedisServer {
+    /// The TCP port; 0 for a server on its Unix socket.
     pub port: u16,
     pub dir: tempfile::TempDir,
     child: Option<Child>,
@@ -417,12 +446,13 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one; `extra` are additional `redis-server` arguments.
+    /// Starts one on a Unix socket; `extra` are additional `redis-server`
+    /// arguments.
     pub fn start(extra: &[&str]) -> RedisServer {
-        Self::start_on(free_port(), extra)
+        Self::start_on(0, extra)
     }
 
-    /// Starts one on `port`.
+    /// Starts one on TCP `port` (0: on its Unix socket).
     pub fn start_on(port: u16, extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().unwrap();
         let mut s = RedisServer {
@@ -435,8 +465,30 @@ impl RedisServer {
         s
     }
 
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        if self.port == 0 {
+            format!("redis+unix://{}", self.socket().display())
+        } else {
+            format!("redis://127.0.0.1:{}", self.port)
+        }
+    }
+
+    /// `redis-cli` arguments that reach this server.
+    fn cli(&self) -> Vec<String> {
+        if self.port == 0 {
+            vec!["-s".into(), self.socket().display().to_string()]
+        } else {
+            vec![
+                "-h".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                self.port.to_string(),
+            ]
+        }
     }
 
     /// Kills the server abruptly (SIGKILL).
@@ -447,18 +499,26 @@ impl RedisServer {
         }
     }
 
-    /// Starts (again) on the same port and directory.
+    /// Starts (again) on the same address and directory.
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
+        let socket = self.socket();
+        let mut cmd = Command::new("redis-server");
+        cmd.args([
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ]);
+        if self.port == 0 {
+            let _ = std::fs::remove_file(&socket);
+            cmd.arg("--unixsocket")
+                .arg(&socket)
+                .args(["--unixsocketperm", "700"]);
+        }
+        let child = cmd
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
@@ -467,7 +527,7 @@ impl RedisServer {
             .spawn()
             .expect("redis-server on PATH (scripts/setup installs it)");
         self.child = Some(child);
-        wait_for_redis(self.port);
+        wait_for_redis(&self.cli());
     }
 }
 
@@ -478,23 +538,27 @@ impl Drop for RedisServer {
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
+    redis_cli_at(&["-h", "127.0.0.1", "-p", &port.to_string()], args)
+}
+
+fn redis_cli_at<S: AsRef<std::ffi::OsStr>>(to: &[S], args: &[&str]) -> String {
     let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(to)
         .args(args)
         .output()
         .expect("redis-cli on PATH");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn wait_for_redis(port: u16) {
+fn wait_for_redis(to: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if redis_cli(port, &["PING"]).trim() == "PONG" {
+        if redis_cli_at(to, &["PING"]).trim() == "PONG" {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("redis-server on port {port} did not start");
+    panic!("redis-server at {to:?} did not start");
 }
 
 /// A 3-master Redis Cluster on loopback, created with `redis-cli --cluster create`.
@@ -587,27 +651,54 @@ pub struct RaceResult {
     pub refusals: HashMap<String, usize>,
 }
 
-/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1,
-/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2; a sampler
-/// watches that no shard's stock ever reads negative.
+/// 20,000 requests from 5,000 accounts (4 each, fired together, qty 1 or 2,
+/// distinct keys) at a sale of 1,000 units on 4 shards, limit 2, so partial
+/// fills and spills meet concurrency; a sampler reads each shard atomically
+/// (MULTI: stock and hold records together) and checks that its stock and
+/// held units always add up to its share.
 pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
-    let _heavy = HEAVY.lock().await;
+    let _heavy = heavy().await;
     let cfg = app.create_sale(sale_spec(sale, 1_000, 2, 4)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let stop = stop.clone();
         let mut conn = app.redis().await;
-        let keys: Vec<String> = cfg
+        let keys: Vec<(origin::store::ShardKeys, i64)> = cfg
             .shard_tags
             .iter()
-            .map(|t| origin::store::ShardKeys::new(&app.prefix, t).stock)
+            .enumerate()
+            .map(|(i, t)| {
+                let share = origin::sales::shard_units(1_000, 4, i as i32);
+                (
+                    origin::store::ShardKeys::new(&app.prefix, t),
+                    i64::from(share),
+                )
+            })
             .collect();
         tokio::spawn(async move {
             let mut samples = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                for k in &keys {
-                    let v: i64 = conn.get(k).await.unwrap();
-                    assert!(v >= 0, "stock of {k} read {v}");
+                for (k, share) in &keys {
+                    let (stock, holds): (i64, Vec<String>) = redis::pipe()
+                        .atomic()
+                        .get(&k.stock)
+                        .hvals(&k.holds)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    let held: i64 = holds
+                        .iter()
+                        .map(|raw| {
+                            serde_json::from_str::<Value>(raw).unwrap()["q"]
+                                .as_i64()
+                                .unwrap()
+                        })
+                        .sum();
+                    assert!(
+                        stock >= 0 && stock + held == *share,
+                        "shard {}: stock {stock} + held {held} != share {share}",
+                        k.stock
+                    );
                 }
                 samples += 1;
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -629,9 +720,12 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
         .map(|(acct, key)| {
             let token = tokens[&acct].clone();
             async move {
-                let (status, body, _) = app
-                    .reserve(sale, Some(&token), Some(&key), r#"{"qty":1}"#)
-                    .await;
+                let body = if key.ends_with(['1', '3']) {
+                    r#"{"qty":2}"#
+                } else {
+                    r#"{"qty":1}"#
+                };
+                let (status, body, _) = app.reserve(sale, Some(&token), Some(&key), body).await;
                 (acct, status, body)
             }
         })
@@ -639,7 +733,7 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
         .collect()
         .await;
     stop.store(true, Ordering::Relaxed);
-    let samples = sampler.await.expect("stock never negative");
+    let samples = sampler.await.expect("every sample: stock + held = share");
     assert!(samples > 0);
     let mut out = RaceResult {
         granted: HashMap::new(),
@@ -671,6 +765,18 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     out
 }
 
+/// The port in an origin's "origin listening" log line (text or JSON).
+fn listening_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("origin listening"))?;
+    let at = line.find("port")? + "port".len();
+    line[at..]
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// The real `origin serve` binary as a child process, pointed at a
 /// [`TestApp`]'s database, Redis and key prefix (the in-process app there
 /// serves only as the test's handle on Postgres and Redis). For what only a
@@ -682,12 +788,27 @@ pub struct OriginProcess {
 }
 
 impl OriginProcess {
-    /// Starts `bin serve` on a free port with `extra` environment on top of
-    /// the app's settings, and waits until `/readyz` answers 200.
+    /// Starts `bin serve` with `extra` environment on top of the app's
+    /// settings, and waits until `/readyz` answers 200. The process binds
+    /// port 0 itself and the port is read from its "origin listening" log
+    /// line: never picked here and bound there later (another test could
+    /// take it in between).
     pub async fn start(bin: &std::path::Path, app: &TestApp, extra: &[(&str, &str)]) -> Self {
-        let me = Self::spawn(bin, app, &["serve"], extra);
+        let mut me = Self::spawn(bin, app, &["serve"], extra);
         let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(port) = listening_port(&me.log()) {
+                break port;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "origin did not log its port:\n{}",
+                me.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        me.addr = format!("http://127.0.0.1:{port}");
         loop {
             let ready = client
                 .get(format!("{}/readyz", me.addr))
@@ -713,7 +834,6 @@ impl OriginProcess {
         args: &[&str],
         extra: &[(&str, &str)],
     ) -> Self {
-        let port = free_port();
         let log = tempfile::NamedTempFile::new().expect("log file");
         let redis_env = match &app.redis {
             RedisTarget::Single(url) => ("REDIS_URL", url.clone()),
@@ -727,7 +847,7 @@ impl OriginProcess {
             .env("REDIS_KEY_PREFIX", &app.prefix)
             .env("USER_TOKEN_KEYS", ring_env("usr1"))
             .env("ADMISSION_TOKEN_KEYS", ring_env("adm1"))
-            .env("ORIGIN_ADDR", format!("127.0.0.1:{port}"))
+            .env("ORIGIN_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info,sqlx=warn")
             .envs(extra.iter().copied())
             .stdin(Stdio::null())
@@ -736,7 +856,8 @@ impl OriginProcess {
             .kill_on_drop(true);
         let child = cmd.spawn().expect("origin binary starts");
         OriginProcess {
-            addr: format!("http://127.0.0.1:{port}"),
+            // Known once `serve` logs its port ([`OriginProcess::start`]).
+            addr: String::new(),
             child,
             log,
         }

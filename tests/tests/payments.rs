@@ -358,12 +358,13 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         conn: conn.clone(),
         stream: format!("{}:private-events", app.prefix),
     };
-    // The in-process relay may take the row first; either way the private
-    // stream is what we test when it gets it.
+    // The in-process relay is off: this call is the only one that can take
+    // the row, so it must publish it (a relay that publishes nothing fails).
     let published = origin::outbox::relay_once(&app.state.pool, &sink, 10, true)
         .await
         .unwrap();
-    if published == 1 {
+    assert_eq!(published, 1, "published once before the \"crash\"");
+    {
         // The "dead" relay's transaction is rolled back when its connection
         // is next used (sqlx queues the rollback on drop): until then its row
         // lock makes SKIP LOCKED pass the row over, as a real crash would
@@ -1020,6 +1021,80 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
         (rec["s"].as_str(), in_exp),
         (Some("paid"), false),
         "b: {r:?}"
+    );
+    app.stop().await;
+}
+
+/// Issue 22 #4, the paid-unit lifecycle: a paid hold outlives
+/// `hold_seconds` (no expiry, sweep or reclaim gives its unit back), and
+/// paid units keep counting toward the per-user limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_hold_outlives_its_hold_time_and_keeps_counting_toward_the_limit() {
+    let app = TestApp::spawn().await;
+    let mut spec = sale_spec("paidlife", 3, 1, 1);
+    // Long enough that reserve, purchase and webhook never race it on a
+    // busy machine; the wait below is measured from the hold's own expiry.
+    spec.hold_seconds = 5;
+    app.create_sale(spec).await;
+    let sale = app.state.sales.get("paidlife").await.unwrap().unwrap();
+    let (id, t) = reserve_one(&app, "paidlife", "pia").await;
+    let (s, p) = purchase(&app, &id, &t).await;
+    assert_eq!(s, 201, "{p}");
+    let body = event(
+        "evt_life",
+        "payment.succeeded",
+        p["payment_id"].as_str().unwrap(),
+        4_999,
+    );
+    let (s, r) = webhook(&app, &body, signed(&body)).await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
+    // Well past the hold time; the sweep runs every 200 ms meanwhile, and a
+    // reservation by someone else reclaims expired holds on demand.
+    let expires: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT expires_at FROM reservations WHERE id = $1")
+            .bind(&id)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    let wait = (expires - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(1_500)).await;
+    let (s, b, _) = app
+        .reserve(
+            "paidlife",
+            Some(&app.admit("other", "paidlife")),
+            Some("o"),
+            r#"{"qty":1}"#,
+        )
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let mut conn = app.redis().await;
+    let k = &sale.shards[0];
+    let raw: Option<String> = conn.hget(&k.holds, &id).await.unwrap();
+    let hold: Value = serde_json::from_str(&raw.expect("the paid hold is still in Redis")).unwrap();
+    assert_eq!(hold["s"], "paid");
+    let stock: i64 = conn.get(&k.stock).await.unwrap();
+    assert_eq!(stock, 1, "3 units: one paid, one held, one left");
+    assert_eq!(status_of(&app, &id).await, "paid");
+    // pia's paid unit counts: her limit of 1 is used.
+    let count: Option<i64> = conn.hget(&k.users, "pia").await.unwrap();
+    assert_eq!(count, Some(1));
+    let (s, b, _) = app
+        .reserve(
+            "paidlife",
+            Some(&app.admit("pia", "paidlife")),
+            Some("k2"),
+            r#"{"qty":1}"#,
+        )
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("per_user_limit")),
+        "{b}"
+    );
+    assert_eq!(
+        app.cancel(&id, &t).await,
+        409,
+        "a paid hold cannot be cancelled"
     );
     app.stop().await;
 }

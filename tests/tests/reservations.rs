@@ -715,3 +715,79 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
     assert_eq!(count, None, "no quota left counted for a hold that is gone");
     app.stop().await;
 }
+
+/// Issue 22 #2 (invariant 8, the origin's own guard): with a small
+/// `max_in_flight`, a burst is shed with 429 + `Retry-After`, and a shed
+/// request changed nothing — no hold, no count, no key record — so its
+/// retry with the same Idempotency-Key is a fresh reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_max_in_flight_is_shed_with_429_and_changes_nothing() {
+    let _heavy = tests::heavy().await;
+    let app = TestApp::spawn_with(AppOptions {
+        max_in_flight: 2,
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(sale_spec("shed", 1_000, 1, 4)).await;
+    let sale = app.state.sales.get("shed").await.unwrap().unwrap();
+    let answers: Vec<(String, u16, Value, Option<String>)> =
+        futures::future::join_all((0..300).map(|a| {
+            let app = &app;
+            async move {
+                let acct = format!("s{a}");
+                let t = app.admit(&acct, "shed");
+                let (s, b, h) = app
+                    .reserve("shed", Some(&t), Some("k"), r#"{"qty":1}"#)
+                    .await;
+                let retry = h
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_string());
+                (acct, s, b, retry)
+            }
+        }))
+        .await;
+    let shed: Vec<&String> = answers
+        .iter()
+        .filter(|(_, s, _, _)| *s == 429)
+        .map(|(a, _, b, retry)| {
+            assert_eq!(b["error"]["code"], "overloaded", "{b}");
+            let secs: u64 = retry.as_deref().expect("Retry-After").parse().unwrap();
+            assert!(secs >= 1);
+            a
+        })
+        .collect();
+    let held = answers.iter().filter(|(_, s, _, _)| *s == 202).count();
+    assert_eq!(held + shed.len(), 300, "only 202 or 429");
+    assert!(
+        !shed.is_empty(),
+        "300 at once past 2 in flight: some are shed"
+    );
+    assert_eq!(app.redis_hold_ids("shed").await.len(), held);
+    let mut conn = app.redis().await;
+    let mut stock = 0;
+    for k in &sale.shards {
+        stock += conn.get::<_, i64>(&k.stock).await.unwrap();
+    }
+    assert_eq!(stock, 1_000 - held as i64, "only the accepted took units");
+    for acct in &shed {
+        let home = &sale.shards[origin::reservations::home_shard(acct, 4)];
+        let count: Option<i64> = conn.hget(&home.users, acct.as_str()).await.unwrap();
+        let key: bool = conn.exists(home.idem(acct, "k")).await.unwrap();
+        assert_eq!(
+            (count, key),
+            (None, false),
+            "{acct} was shed: nothing counted"
+        );
+    }
+    // Retried one at a time, the shed requests are fresh reservations.
+    for acct in shed.iter().take(20) {
+        let t = app.admit(acct, "shed");
+        let (s, b, h) = app
+            .reserve("shed", Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        assert!(h.get("idempotent-replayed").is_none());
+    }
+    app.stop().await;
+}

@@ -124,12 +124,33 @@ async fn a_worker_dying_between_commit_and_ack_loses_and_doubles_nothing() {
         .await
         .expect("the hook stops worker 1");
     let sale = app.state.sales.get("crash").await.unwrap().unwrap();
-    assert!(
-        origin::settlement::lag(&app.state.engine, &sale)
+    // The precondition this test is about: entries left pending whose batch
+    // IS committed (a worker that died before committing would also leave
+    // entries pending, and prove nothing about doubling).
+    let mut conn = app.redis().await;
+    let mut pending_holds = HashSet::new();
+    for k in &sale.shards {
+        let pending: redis::streams::StreamPendingCountReply = conn
+            .xpending_count(&k.stream, origin::settlement::GROUP, "-", "+", 1000)
             .await
-            .unwrap()
-            > 0,
-        "entries left pending"
+            .unwrap();
+        for p in pending.ids {
+            let entries: redis::streams::StreamRangeReply =
+                conn.xrange(&k.stream, &p.id, &p.id).await.unwrap();
+            for e in entries.ids {
+                if e.get::<String>("t").as_deref() == Some("hold") {
+                    pending_holds.insert(e.get::<String>("id").unwrap());
+                }
+            }
+        }
+    }
+    assert!(!pending_holds.is_empty(), "worker 1 left entries pending");
+    let committed = live_ids(&app, "crash").await;
+    assert!(
+        pending_holds.is_subset(&committed),
+        "the pending entries were committed before the worker died: {} of {} in Postgres",
+        pending_holds.intersection(&committed).count(),
+        pending_holds.len()
     );
     // Worker 2 (another consumer) claims what worker 1 left pending.
     let second = app.state.settler();
@@ -671,5 +692,65 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
         app.redis_hold_ids("lagging").await,
         live_ids(&app, "lagging").await
     );
+    app.stop().await;
+}
+
+/// Issue 22 #3: the periodic reconciler itself (not `reconcile_sale` called
+/// by hand) repairs tampered stock and rebuilds a lost shard within a few of
+/// its 1 s periods. With `Workers { reconcile: false, .. }` nothing repairs
+/// the stock and this test fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own() {
+    let app = TestApp::spawn_with(AppOptions {
+        reconcile_interval: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("loop", 40, 2, 2)).await;
+    let sale = app.state.sales.get("loop").await.unwrap().unwrap();
+    for a in 0..6 {
+        let t = app.admit(&format!("l{a}"), "loop");
+        let (s, b, _) = app
+            .reserve("loop", Some(&t), Some("k"), r#"{"qty":2}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+    }
+    wait_settled(&app, "loop").await;
+    let mut conn = app.redis().await;
+    let stock = |i: usize| sale.shards[i].stock.clone();
+    let before: (i64, i64) = (
+        conn.get(stock(0)).await.unwrap(),
+        conn.get(stock(1)).await.unwrap(),
+    );
+    assert_eq!(before.0 + before.1, 40 - 12);
+    let _: i64 = conn.incr(stock(1), 7).await.unwrap();
+    // Bounded wait: the period is 1 s; 15 s leaves room for a busy machine.
+    let mut repaired = false;
+    for _ in 0..150 {
+        let now: i64 = conn.get(stock(1)).await.unwrap();
+        if now == before.1 {
+            repaired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        repaired,
+        "the loop repaired shard 1's stock to {}",
+        before.1
+    );
+    let holds_before = app.redis_hold_ids("loop").await;
+    lose_shard(&app, &sale.shards[0]).await;
+    let mut rebuilt = None;
+    for _ in 0..150 {
+        let now: Option<i64> = conn.get(stock(0)).await.unwrap();
+        if now.is_some() {
+            rebuilt = now;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(rebuilt, Some(before.0), "the loop rebuilt shard 0");
+    assert_eq!(app.redis_hold_ids("loop").await, holds_before);
     app.stop().await;
 }
