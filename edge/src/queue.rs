@@ -379,7 +379,11 @@ mod tests {
         s.now_ms = 200_000;
         assert_eq!(window_ends_at_ms(100, &s, s.now_ms), 320_000);
         s.frontier_history = vec![(900_000, 100.0)];
-        assert_eq!(window_ends_at_ms(100, &s, s.now_ms), 320_000, "skewed checkpoint");
+        assert_eq!(
+            window_ends_at_ms(100, &s, s.now_ms),
+            320_000,
+            "skewed checkpoint"
+        );
         // The token never outlives the end it reports.
         for now in (200_000..320_000).step_by(7_000) {
             assert!(
