@@ -15,7 +15,6 @@
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::Mac;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -76,20 +75,8 @@ pub(crate) fn verify_user(ring: &KeyRing, token: &str, now: u64) -> Result<Claim
     }
     // A missing kid names no key we hold.
     let kid = header.kid.ok_or(TokenError::UnknownKid)?;
-    let key = ring
-        .keys
-        .iter()
-        .find(|k| k.kid == kid)
-        .ok_or(TokenError::UnknownKid)?;
-    // Canonical base64url only (no padding, zero trailing bits): one
-    // signature has one spelling.
-    let sig = URL_SAFE_NO_PAD
-        .decode(sig)
-        .map_err(|_| TokenError::Malformed)?;
     let signed_len = header_b64.len() + 1 + payload.len();
-    KeyRing::mac(&key.secret, &token.as_bytes()[..signed_len])
-        .verify_slice(&sig)
-        .map_err(|_| TokenError::BadSignature)?;
+    ring.check_signature(&kid, token, signed_len, sig)?;
     let claims: serde_json::Map<String, Value> = URL_SAFE_NO_PAD
         .decode(payload)
         .ok()

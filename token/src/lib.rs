@@ -352,6 +352,31 @@ impl KeyRing {
         mac
     }
 
+    /// Checks `sig_b64` against the first `signed_len` bytes of `token`
+    /// with the key `kid`, in constant time: the one signature check of both
+    /// formats (v1 and JWT). The decoder accepts canonical encodings only: a
+    /// second spelling of the same signature bytes (non-zero trailing bits)
+    /// is malformed, so tokens are not malleable.
+    pub(crate) fn check_signature(
+        &self,
+        kid: &str,
+        token: &str,
+        signed_len: usize,
+        sig_b64: &str,
+    ) -> Result<(), TokenError> {
+        let key = self
+            .keys
+            .iter()
+            .find(|k| k.kid == kid)
+            .ok_or(TokenError::UnknownKid)?;
+        let sig = URL_SAFE_NO_PAD
+            .decode(sig_b64)
+            .map_err(|_| TokenError::Malformed)?;
+        Self::mac(&key.secret, &token.as_bytes()[..signed_len])
+            .verify_slice(&sig)
+            .map_err(|_| TokenError::BadSignature)
+    }
+
     /// Signs claims with the first key.
     pub fn sign(&self, claims: &Claims) -> String {
         let key = &self.keys[0];
@@ -421,21 +446,8 @@ impl KeyRing {
         if version != VERSION || payload.is_empty() {
             return Err(TokenError::Malformed);
         }
-        let key = self
-            .keys
-            .iter()
-            .find(|k| k.kid == kid)
-            .ok_or(TokenError::UnknownKid)?;
-        // The decoder accepts canonical encodings only: a second spelling of
-        // the same signature bytes (non-zero trailing bits) is malformed, so
-        // tokens are not malleable.
-        let sig = URL_SAFE_NO_PAD
-            .decode(sig)
-            .map_err(|_| TokenError::Malformed)?;
         let signed_len = version.len() + kid.len() + payload.len() + 2;
-        Self::mac(&key.secret, &token.as_bytes()[..signed_len])
-            .verify_slice(&sig)
-            .map_err(|_| TokenError::BadSignature)?;
+        self.check_signature(kid, token, signed_len, sig)?;
         let json = URL_SAFE_NO_PAD
             .decode(payload)
             .map_err(|_| TokenError::Malformed)?;
