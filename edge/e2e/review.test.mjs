@@ -7,7 +7,7 @@
 // - an admit token never outlives its holder's admission window.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { EDGE, QUEUE_SHARDS, call, createSale, decode, rid, sleep, userToken, until } from './lib.mjs';
 
@@ -60,13 +60,15 @@ test('item 10: a 410 sale_ended from the origin does not mark the sale sold out 
 /** Queue objects wrangler dev has stored (one SQLite file each). */
 function objectFiles() {
   const out = [];
+  // Directory entries carry their type, so nothing is stat'ed after the
+  // listing: SQLite's `-journal` files come and go while objects write, and
+  // a stat between the listing and the file's removal failed CI once.
   const walk = (d) => {
-    let names = [];
-    try { names = readdirSync(d); } catch { return; }
-    for (const n of names) {
-      const p = join(d, n);
-      if (statSync(p).isDirectory()) walk(p);
-      else if (n.endsWith('.sqlite')) out.push(p);
+    let entries = [];
+    try { entries = readdirSync(d, { withFileTypes: true }); } catch { return; }
+    for (const e of entries) {
+      if (e.isDirectory()) walk(join(d, e.name));
+      else if (e.name.endsWith('.sqlite')) out.push(join(d, e.name));
     }
   };
   walk(join(process.env.RUN_DIR, 'edge', 'state'));
