@@ -236,6 +236,7 @@ async fn settle_rate(
         admission_factor: 2.0,
         price_cents: 100,
         queue_shards: 1,
+        admission_p99_ms: 50.0,
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec).await?;

@@ -278,6 +278,7 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         admission_factor: args.admission_factor,
         price_cents: 9_900,
         queue_shards: 1,
+        admission_p99_ms: 50.0,
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)

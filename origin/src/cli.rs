@@ -95,16 +95,25 @@ pub struct ServeArgs {
 pub enum SaleCommand {
     /// Writes the sale to Postgres, initializes Redis and prints it as JSON.
     Create(CreateArgs),
-    /// Changes the admission pace or the end of a sale; prints it as JSON.
-    /// Running origins pick it up within 5 s, the edge from them.
+    /// Changes the admission pace, pauses or resumes admission, or moves the
+    /// end of a sale; prints it as JSON. Running origins pick it up within
+    /// 5 s, the edge from them.
     Update {
         #[arg(long)]
         sale: String,
-        /// People admitted per second by the edge.
+        /// Most people admitted per second by the edge (the ceiling of its
+        /// adaptive rate).
         #[arg(long)]
         admission_rate: Option<f64>,
         #[arg(long)]
         admission_factor: Option<f64>,
+        /// The reservation path's p99 (ms) above which the edge admits slower.
+        #[arg(long)]
+        admission_p99_ms: Option<f64>,
+        /// `true` holds the edge's admission frontier (nobody new is
+        /// admitted; nobody loses a place or a window); `false` resumes.
+        #[arg(long)]
+        paused: Option<bool>,
         /// RFC 3339 time or `now`.
         #[arg(long, value_parser = parse_time)]
         ends_at: Option<DateTime<Utc>>,
@@ -154,9 +163,13 @@ pub struct CreateArgs {
     pub ends_at: Option<DateTime<Utc>>,
     #[arg(long, default_value_t = 600)]
     pub hold_seconds: i32,
-    /// People admitted per second by the edge.
+    /// Most people admitted per second by the edge (the ceiling of its
+    /// adaptive rate).
     #[arg(long, default_value_t = 50.0)]
     pub admission_rate: f64,
+    /// The reservation path's p99 (ms) above which the edge admits slower.
+    #[arg(long, default_value_t = 50.0)]
+    pub admission_p99_ms: f64,
     /// Admitted-but-not-holding people never exceed this × units available.
     #[arg(long, default_value_t = 2.0)]
     pub admission_factor: f64,
@@ -362,6 +375,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 admission_factor: a.admission_factor,
                 price_cents: a.price_cents,
                 queue_shards: a.queue_shards,
+                admission_p99_ms: a.admission_p99_ms,
             };
             let sale =
                 sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
@@ -372,6 +386,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             sale,
             admission_rate,
             admission_factor,
+            admission_p99_ms,
+            paused,
             ends_at,
             queue_shards,
         }) => {
@@ -380,6 +396,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 admission_factor,
                 ends_at,
                 queue_shards,
+                paused,
+                admission_p99_ms,
             };
             change_and_print(&sale, &change).await
         }

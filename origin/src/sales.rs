@@ -46,6 +46,11 @@ pub struct SaleConfig {
     pub admission_factor: f64,
     /// Edge queue shards (Durable Objects) of the sale's waiting room.
     pub queue_shards: i32,
+    /// An operator paused admission: the edge's frontier holds (issue 13).
+    pub paused: bool,
+    /// The reservation path's p99 (ms) above which the edge's admission
+    /// controller slows down.
+    pub admission_p99_ms: f64,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -293,7 +298,8 @@ impl SaleRegistry {
 }
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
-     starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards";
+     starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
+     admission_p99_ms";
 
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
@@ -337,6 +343,8 @@ pub struct SaleSpec {
     pub price_cents: i64,
     /// Edge queue shards, `1..=MAX_QUEUE_SHARDS`.
     pub queue_shards: i32,
+    /// p99 target of the reservation path (ms) for the edge's controller.
+    pub admission_p99_ms: f64,
 }
 
 /// Most queue shards a sale may have (the edge's `shards::MAX_SHARDS`).
@@ -391,6 +399,9 @@ impl SaleSpec {
         if !(self.admission_factor > 0.0 && self.admission_factor.is_finite()) {
             return bad("--admission-factor must be positive");
         }
+        if !valid_p99(self.admission_p99_ms) {
+            return bad(P99_MESSAGE);
+        }
         if self.price_cents < 0 {
             return bad("--price-cents must not be negative");
         }
@@ -400,6 +411,13 @@ impl SaleSpec {
         Ok(())
     }
 }
+
+/// A p99 target is a positive number of milliseconds (at most a minute).
+fn valid_p99(ms: f64) -> bool {
+    ms > 0.0 && ms <= 60_000.0
+}
+
+const P99_MESSAGE: &str = "--admission-p99-ms must be a number of milliseconds in (0, 60000]";
 
 /// What may change on a sale that exists (`origin sale update` / `end`).
 /// Units, shards, the per-user limit and the hold time are fixed at
@@ -411,6 +429,9 @@ pub struct SaleChange {
     pub ends_at: Option<DateTime<Utc>>,
     /// Always refused: see [`change_sale`].
     pub queue_shards: Option<i32>,
+    /// Pause (`true`) or resume (`false`) admission at the edge.
+    pub paused: Option<bool>,
+    pub admission_p99_ms: Option<f64>,
 }
 
 /// Why a sale could not be changed.
@@ -445,8 +466,15 @@ pub async fn change_sale(
     if change.admission_rate.is_none()
         && change.admission_factor.is_none()
         && change.ends_at.is_none()
+        && change.paused.is_none()
+        && change.admission_p99_ms.is_none()
     {
-        return bad("nothing to change: give --admission-rate, --admission-factor or --ends-at");
+        return bad(
+            "nothing to change: give --admission-rate, --admission-factor, --admission-p99-ms, --paused or --ends-at",
+        );
+    }
+    if change.admission_p99_ms.is_some_and(|p| !valid_p99(p)) {
+        return bad(P99_MESSAGE);
     }
     if change
         .admission_rate
@@ -479,13 +507,17 @@ pub async fn change_sale(
     let changed: SaleConfig = sqlx::query_as(&format!(
         "UPDATE sales SET admission_rate = COALESCE($2, admission_rate),
                           admission_factor = COALESCE($3, admission_factor),
-                          ends_at = COALESCE($4, ends_at)
+                          ends_at = COALESCE($4, ends_at),
+                          paused = COALESCE($5, paused),
+                          admission_p99_ms = COALESCE($6, admission_p99_ms)
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
     .bind(change.admission_rate)
     .bind(change.admission_factor)
     .bind(change.ends_at)
+    .bind(change.paused)
+    .bind(change.admission_p99_ms)
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -520,8 +552,8 @@ pub async fn create_sale(
     let inserted = sqlx::query(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
                             starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
-                            queue_shards)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                            queue_shards, admission_p99_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -537,6 +569,7 @@ pub async fn create_sale(
     .bind(spec.admission_rate)
     .bind(spec.admission_factor)
     .bind(spec.queue_shards)
+    .bind(spec.admission_p99_ms)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -597,6 +630,7 @@ mod tests {
             admission_factor: 2.0,
             price_cents: 100,
             queue_shards: 1,
+            admission_p99_ms: 50.0,
         }
     }
 
@@ -667,6 +701,13 @@ mod tests {
                     ..spec()
                 },
                 "--admission-factor",
+            ),
+            (
+                SaleSpec {
+                    admission_p99_ms: 0.0,
+                    ..spec()
+                },
+                "--admission-p99-ms",
             ),
             (
                 SaleSpec {

@@ -426,6 +426,7 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         admission_factor: 2.0,
         price_cents: 4_999,
         queue_shards: 1,
+        admission_p99_ms: 50.0,
     }
 }
 

@@ -72,3 +72,60 @@ async fn sheds_and_latency_reach_the_edge_with_the_answers_and_the_summary() {
     );
     app.stop().await;
 }
+
+/// Issue 13 #3: `origin sale update --paused true|false` and
+/// `--admission-p99-ms` reach the summary the edge follows (within the
+/// origin's config TTL); bad values are refused and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_and_the_p99_target_are_published_in_the_summary() {
+    use origin::sales::{SaleChange, SaleSpec, change_sale};
+    let app = TestApp::spawn().await;
+    app.create_sale(SaleSpec {
+        admission_p99_ms: 80.0,
+        ..sale_spec("pausable", 10, 1, 1)
+    })
+    .await;
+    let (_, summary) = app.get("/api/sales/pausable", None).await;
+    assert_eq!(summary["paused"], false, "{summary}");
+    assert_eq!(summary["admission_p99_ms"], 80.0);
+    let pool = &app.state.pool;
+    for bad in [0.0, -5.0, f64::NAN, 1e9] {
+        let change = SaleChange {
+            admission_p99_ms: Some(bad),
+            paused: Some(true),
+            ..SaleChange::default()
+        };
+        let err = change_sale(pool, "pausable", &change).await.unwrap_err();
+        assert!(err.to_string().contains("--admission-p99-ms"), "{err}");
+    }
+    let paused = SaleChange {
+        paused: Some(true),
+        ..SaleChange::default()
+    };
+    assert!(change_sale(pool, "pausable", &paused).await.unwrap().paused);
+    let seen = async {
+        loop {
+            let (_, s) = app.get("/api/sales/pausable", None).await;
+            if s["paused"] == true {
+                return s;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    };
+    let s = tokio::time::timeout(std::time::Duration::from_secs(10), seen)
+        .await
+        .expect("the pause reaches the summary within the config TTL");
+    assert_eq!(
+        s["admission_p99_ms"], 80.0,
+        "the refused changes changed nothing"
+    );
+    let resumed = SaleChange {
+        paused: Some(false),
+        admission_p99_ms: Some(120.0),
+        ..SaleChange::default()
+    };
+    let c = change_sale(pool, "pausable", &resumed).await.unwrap();
+    assert!(!c.paused);
+    assert_eq!(c.admission_p99_ms, 120.0);
+    app.stop().await;
+}

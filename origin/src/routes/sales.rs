@@ -93,6 +93,9 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "hold_seconds": cfg.hold_seconds,
         "admission_rate": cfg.admission_rate,
         "admission_factor": cfg.admission_factor,
+        "admission_p99_ms": cfg.admission_p99_ms,
+        // An operator paused admission (the edge's frontier holds).
+        "paused": cfg.paused,
         // What the edge's admission controller follows (this replica, the
         // last `window_s` seconds; see crate::load).
         "health": {
