@@ -20,7 +20,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { AxeBuilder } from '@axe-core/playwright';
-import { EDGE, call, createSale, rid, skipUnless, userToken } from './lib.mjs';
+import { EDGE, call, createSale, origin, rid, skipUnless, userToken } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const OUT = process.env.SCREENSHOT_DIR || join(process.cwd(), 'test-output', 'edge-page');
@@ -337,6 +337,20 @@ test('an unknown sale says so and stops polling; an ended sale is closed; Vietna
       assert.equal(await page.isVisible('#signin'), false);
       assert.equal(await page.isVisible('#join'), false);
       await states(page, '8-no-sale', 'There is no sale at this address', 'Không có đợt bán nào ở địa chỉ này');
+
+      // A paused sale (paused before anyone came): the person keeps a
+      // place and is told the sale is paused.
+      const PAUSED = `e2e-paused-${rid()}`;
+      createSale({
+        sale: PAUSED, name: 'Paused sale', units: 3, 'per-user-limit': 1, shards: 1,
+        'starts-at': 'now', 'admission-rate': 0.01,
+      });
+      origin('sale', 'update', '--sale', PAUSED, '--paused', 'true');
+      const pp = await open(browser, { width: 1000, saleId: PAUSED, saleName: 'Paused sale' }, problems, 'P');
+      await pp.goto(`${EDGE}/sales/${PAUSED}#token=${userToken(`pat-${rid()}`)}`);
+      await waitText(pp, 'The sale is paused', 15_000);
+      assert.equal(await pp.textContent('#phase'), 'Paused');
+      await states(pp, '8b-paused', 'You keep your place', 'Bạn vẫn giữ nguyên vị trí');
 
       // An ended sale, in the person's language (vi-VN browser): closed.
       const SALE = `e2e-ended-${rid()}`;

@@ -24,6 +24,8 @@ pub enum Route {
     Join(String),
     Status(String),
     Draw(String),
+    /// Admission figures of a sale as Prometheus text (for a scraper).
+    Metrics(String),
     Reserve(String),
     ReservationGet(String),
     ReservationCancel(String),
@@ -98,6 +100,7 @@ pub fn route(method: &str, path: &str) -> Route {
             _ => Route::MethodNotAllowed,
         },
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
+        ["api", "sales", s, "metrics"] => want("GET", id(s, Route::Metrics)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
         ["api", "reservations", r] => match method {
             "GET" | "HEAD" => rid(r, Route::ReservationGet),
@@ -263,6 +266,15 @@ mod tests {
             route("POST", &format!("/api/dev/payments/{id}/complete")),
             Route::DevPayment(id.into())
         );
+        assert_eq!(
+            route("GET", "/api/sales/d-1/metrics"),
+            Route::Metrics("d-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/d-1/metrics"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route("GET", "/api/sales/a.b/metrics"), Route::NotFound);
         assert_eq!(route("PUT", "/api/sales/d/queue"), Route::MethodNotAllowed);
         assert_eq!(
             route("GET", "/api/sales/d/reservations"),

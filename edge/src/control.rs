@@ -18,7 +18,15 @@
 //!   meanwhile are extended by it (a window opened at `t0` with the counter
 //!   at `F0` ends at `t0 + W + (F(now) − F0)`); a pause freezes the same way;
 //! - the rate never falls below [`FLOOR_SHARE`] of the ceiling while
-//!   the origin answers, so the controller keeps probing.
+//!   the origin answers, so the controller keeps probing;
+//! - a sale opens at its ceiling (the operator's `admission_rate`, which
+//!   they chose as safe for their origin) and backs off from there; an
+//!   operator's change of the ceiling keeps the rate's share of it (a
+//!   controller at the old ceiling is at the new one).
+//!
+//! The coordinator runs the frontier on a *service clock* (wall time less
+//! [`Controller::frozen_ms_at`]): it stands still while frozen, so a
+//! window measured on it is extended by every outage and pause.
 //!
 //! Invariants: `0 < rate ≤ ceiling` when not frozen; while frozen the
 //! frontier does not move; the frozen counter only grows.
@@ -64,6 +72,34 @@ pub enum Reason {
     Paused,
 }
 
+impl Reason {
+    /// Every reason, for metrics that list them all.
+    pub const ALL: [Reason; 8] = [
+        Reason::Start,
+        Reason::Increase,
+        Reason::AtCeiling,
+        Reason::Shedding,
+        Reason::Errors,
+        Reason::Slow,
+        Reason::OriginDown,
+        Reason::Paused,
+    ];
+
+    /// The reason as a metric label (the same as its JSON name).
+    pub fn label(self) -> &'static str {
+        match self {
+            Reason::Start => "start",
+            Reason::Increase => "increase",
+            Reason::AtCeiling => "at_ceiling",
+            Reason::Shedding => "shedding",
+            Reason::Errors => "errors",
+            Reason::Slow => "slow",
+            Reason::OriginDown => "origin_down",
+            Reason::Paused => "paused",
+        }
+    }
+}
+
 /// The controller's state; stored by the coordinator between steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Controller {
@@ -75,6 +111,10 @@ pub struct Controller {
     pub frozen: bool,
     last_step_ms: u64,
     last_decrease_ms: u64,
+    /// The ceiling of the last step (0: none yet), to rescale the rate
+    /// when an operator changes it.
+    #[serde(default)]
+    ceiling: f64,
 }
 
 /// The sale's settings the controller needs.
@@ -87,23 +127,44 @@ pub struct Limits {
 }
 
 impl Controller {
-    /// Starts at a tenth of the ceiling: a sale opens carefully and climbs.
+    /// Starts at the ceiling: the operator's rate is what they judged
+    /// their origin takes; the controller only ever slows below it.
     pub fn new(limits: Limits, now_ms: u64) -> Self {
         Controller {
-            rate: (limits.ceiling * 0.1).max(limits.ceiling * FLOOR_SHARE),
+            rate: limits.ceiling,
             reason: Reason::Start,
             frozen_ms: 0,
             frozen: false,
             last_step_ms: now_ms,
             last_decrease_ms: 0,
+            ceiling: limits.ceiling,
+        }
+    }
+
+    /// The frozen counter extrapolated to `now_ms` (the time since the last
+    /// step counts as frozen while frozen): what the service clock
+    /// subtracts from wall time.
+    pub fn frozen_ms_at(&self, now_ms: u64) -> u64 {
+        if self.frozen {
+            self.frozen_ms + now_ms.saturating_sub(self.last_step_ms)
+        } else {
+            self.frozen_ms
         }
     }
 
     /// One step at `now_ms`, with the latest sample (if any) and whether an
     /// operator paused the sale.
     pub fn step(&mut self, limits: Limits, now_ms: u64, sample: Option<Sample>, paused: bool) {
+        if !(limits.ceiling.is_finite() && limits.ceiling > 0.0) {
+            // Never divided by, never clamped to: the step is skipped.
+            return;
+        }
         let dt = now_ms.saturating_sub(self.last_step_ms);
         self.last_step_ms = now_ms.max(self.last_step_ms);
+        if self.ceiling > 0.0 && self.ceiling != limits.ceiling {
+            self.rate *= limits.ceiling / self.ceiling;
+        }
+        self.ceiling = limits.ceiling;
         let answering = sample.is_some_and(|s| now_ms.saturating_sub(s.at_ms) <= STALE_AFTER_MS);
         if paused || !answering {
             if self.frozen {
@@ -199,7 +260,8 @@ mod tests {
     #[test]
     fn climbs_additively_to_the_ceiling_and_never_past_it() {
         let mut c = Controller::new(L, 0);
-        assert_eq!(c.rate, 10.0);
+        assert_eq!(c.rate, 100.0, "opens at the ceiling");
+        c.rate = 10.0;
         run(&mut c, 0, 10_000, healthy);
         // 10 + 5/s × 10 s = 60.
         assert!((c.rate - 60.0).abs() < 1e-6, "{}", c.rate);
@@ -267,6 +329,7 @@ mod tests {
     #[test]
     fn a_silent_origin_freezes_the_frontier_and_windows_grow_by_the_outage() {
         let mut c = Controller::new(L, 0);
+        c.rate = 10.0;
         run(&mut c, 0, 5_000, healthy);
         let (opened, frozen_then) = (5_000, c.frozen_ms);
         // The last answer at 5 s: the rate grows while it is fresh (to 7 s),
@@ -283,6 +346,7 @@ mod tests {
         assert!(!c.frozen);
         // Frozen from the first stale step (10.25 s) to 30.25 s: 20 s.
         assert_eq!(c.frozen_ms, 20_000);
+        assert_eq!(c.frozen_ms_at(40_000), 20_000, "not frozen: no growth");
         assert_eq!(
             c.window_end_ms(opened, frozen_then, 120_000),
             5_000 + 120_000 + 20_000
@@ -299,8 +363,44 @@ mod tests {
             assert_eq!(c.effective_rate(), 0.0);
             assert_eq!(c.reason, Reason::Paused);
         }
+        // Between steps the service clock stands still too.
+        assert_eq!(c.frozen_ms_at(12_000), 9_750);
+        assert_eq!(c.frozen_ms_at(12_200), 9_950);
         c.step(L, 12_250, healthy(12_250), false);
         assert_eq!(c.rate, rate, "a pause changes no rate");
         assert_eq!(c.frozen_ms, 10_000);
+    }
+
+    #[test]
+    fn labels_are_the_json_names() {
+        for r in Reason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.label());
+        }
+    }
+
+    #[test]
+    fn an_operators_new_ceiling_keeps_the_rates_share_of_it() {
+        let mut c = Controller::new(L, 0);
+        run(&mut c, 0, 2_000, healthy);
+        assert_eq!(c.rate, 100.0);
+        assert_eq!(c.reason, Reason::AtCeiling);
+        let up = Limits {
+            ceiling: 400.0,
+            ..L
+        };
+        c.step(up, 2_250, healthy(2_250), false);
+        assert_eq!(c.rate, 400.0, "at the old ceiling, at the new one");
+        c.rate = 200.0;
+        let down = Limits { ceiling: 4.0, ..L };
+        c.step(down, 2_500, healthy(2_500), false);
+        assert!(
+            (c.rate - 2.0 - 4.0 * INCREASE_PER_S * 0.25).abs() < 1e-9,
+            "{}",
+            c.rate
+        );
+        // Bad ceilings are ignored, never divided by.
+        let zero = Limits { ceiling: 0.0, ..L };
+        c.step(zero, 2_750, healthy(2_750), false);
+        assert!(c.rate.is_finite());
     }
 }

@@ -176,6 +176,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Join(sale) => waiting::join(&env, &req, &sale).await,
         Route::Status(sale) => waiting::status(&env, &req, &sale).await,
         Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
+        Route::Metrics(sale) => waiting::metrics(&env, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
             forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await
@@ -406,7 +407,11 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             "admitted": s.frontier,
             "waiting": s.placed.saturating_sub(s.frontier),
             "drawn": s.drawn,
+            // The admission controller's current rate (the sale's
+            // `admission_rate` is its ceiling), and whether it is held.
             "admission_rate": s.rate,
+            "paused": s.paused,
+            "frozen": s.frozen,
             "do_requests": s.do_requests,
         });
         body["draw"] = json!({

@@ -6,7 +6,7 @@
 //! the origin.
 //!
 //! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`],
-//! [`frontier`], [`limit`], [`places`], [`queue`], [`shard_draw`],
+//! [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`], [`shard_draw`],
 //! [`shards`], [`trace`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
 //! are thin runtime glue. Invariant: nothing in this crate trusts input —
@@ -19,6 +19,7 @@ pub mod control;
 pub mod draw;
 pub mod frontier;
 pub mod limit;
+pub mod metrics;
 pub mod places;
 pub mod queue;
 pub mod shard_draw;

@@ -11,6 +11,11 @@
 //!   their admission window (one admit-token lifetime after the frontier
 //!   reached them) is still open, and the sale is neither sold out nor over;
 //! - `sold_out` and `closed` win over everything else, for everyone at once;
+//! - while an operator pauses the sale, everyone not yet admitted sees
+//!   `paused` (keeping their place); admitted people keep their turn, and
+//!   their window is measured on the frontier's service clock, which
+//!   stands still while the frontier is frozen (paused, or the origin not
+//!   answering), so a pause or an outage costs nobody any of their window;
 //! - before the draw nobody has a position (`prequeue`);
 //! - an `admit` token never outlives its holder's admission window: its
 //!   expiry is clamped to one window after the first frontier checkpoint
@@ -76,6 +81,30 @@ pub struct Snapshot {
     pub frontier_rate: f64,
     #[serde(default)]
     pub frontier_cap: u64,
+    /// The frontier's service clock at `now_ms`: wall time less every
+    /// millisecond the frontier was frozen (`control::Controller`).
+    /// `frontier_history` and `expired` are on this clock. None: no freeze
+    /// yet (equal to `now_ms`).
+    #[serde(default)]
+    pub service_ms: Option<u64>,
+    /// The frontier is frozen (the sale is paused or the origin does not
+    /// answer): the service clock stands still.
+    #[serde(default)]
+    pub frozen: bool,
+    /// An operator paused the sale.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// The snapshot's service clock at wall time `now_ms` (see
+/// [`Snapshot::service_ms`]): it stands still while the frontier is frozen.
+pub fn service_at(s: &Snapshot, now_ms: u64) -> u64 {
+    let base = s.service_ms.unwrap_or(s.now_ms);
+    if s.frozen {
+        base
+    } else {
+        base.saturating_add(now_ms.saturating_sub(s.now_ms))
+    }
 }
 
 /// The frontier at `now_ms` from a snapshot taken earlier: its checkpoint
@@ -106,6 +135,8 @@ pub enum Status {
     Drawing,
     Waiting,
     Admitted,
+    /// An operator paused the sale: places are kept, nobody new is admitted.
+    Paused,
     SoldOut,
     Closed,
 }
@@ -175,6 +206,13 @@ pub fn view(
         v.poll_after_ms = jittered(7_500, jitter);
         return v;
     }
+    let paused = s.paused && (after_start || now_ms >= s.starts_at_ms);
+    if paused && place.is_none_or(|p| p > s.frontier) {
+        // Nothing moves until the operator resumes; the page says so.
+        v.status = Status::Paused;
+        v.poll_after_ms = jittered(5_000, jitter);
+        return v;
+    }
     if place.is_none() && (after_start || now_ms >= s.starts_at_ms) {
         // The place is seconds away (the draw runs in steps, arrivals are
         // reported once a second): ask again soon.
@@ -240,24 +278,36 @@ pub fn view(
 /// extrapolated time it was reached (never later than `now_ms`): the answer
 /// can only be too early, never too late. The page counts down to this, so
 /// a re-poll (which re-mints the token) never moves the countdown back up.
+///
+/// The window is measured on the service clock ([`service_at`]); the wall
+/// time returned is when it ends if no freeze comes meanwhile. While the
+/// frontier is frozen that moves on with `now_ms` (the countdown stands
+/// still), so an outage or a pause extends every open window by itself.
 pub fn window_ends_at_ms(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
+    let base = s.service_ms.unwrap_or(s.now_ms);
+    let service_now = service_at(s, now_ms);
     let extrapolated = || {
         let rate = s.frontier_rate;
         if place > s.frontier && rate.is_finite() && rate > 0.0 {
             let ms = ((place - s.frontier) as f64 / rate * 1000.0)
                 .ceil()
                 .min(1e12) as u64;
-            s.now_ms.saturating_add(ms).min(now_ms.max(s.now_ms))
+            base.saturating_add(ms).min(service_now.max(base))
         } else {
-            s.now_ms
+            base
         }
     };
-    let reached_ms = s
+    let reached = s
         .frontier_history
         .iter()
         .find(|(_, admitted)| *admitted >= place as f64)
-        .map_or_else(extrapolated, |(t, _)| (*t).min(s.now_ms));
-    reached_ms.saturating_add(ADMIT_TTL_SECS * 1000)
+        .map_or_else(extrapolated, |(t, _)| (*t).min(base));
+    let end = reached.saturating_add(ADMIT_TTL_SECS * 1000);
+    if end >= service_now {
+        now_ms.saturating_add(end - service_now)
+    } else {
+        now_ms.saturating_sub(service_now - end)
+    }
 }
 
 /// Lifetime, in seconds from `now_ms`, of an `admit` token for `place`: the
@@ -322,7 +372,67 @@ mod tests {
             frontier_history: vec![],
             frontier_rate: 0.0,
             frontier_cap: 100,
+            service_ms: None,
+            frozen: false,
+            paused: false,
         }
+    }
+
+    #[test]
+    fn a_frozen_frontier_stops_every_window_clock() {
+        let mut s = snap();
+        // 50 s frozen so far; place 90 was reached at service time 100 s,
+        // so 70 s of its window are left however long the freeze lasts.
+        s.service_ms = Some(150_000);
+        s.frozen = true;
+        s.frontier_history = vec![(100_000, 95.0)];
+        for now in [200_000, 230_000, 500_000] {
+            assert_eq!(window_ends_at_ms(90, &s, now), now + 70_000);
+            assert_eq!(admit_ttl_secs(90, &s, now), 70);
+            assert_eq!(view(Some(90), false, &s, now, 0.5).status, Status::Admitted);
+        }
+        // Thawed: the clock runs again from where it stood.
+        s.frozen = false;
+        assert_eq!(window_ends_at_ms(90, &s, 200_000), 270_000);
+        assert_eq!(window_ends_at_ms(90, &s, 260_000), 270_000);
+        assert_eq!(service_at(&s, 260_000), 210_000);
+        // Without a service clock nothing changes (older snapshots).
+        s.service_ms = None;
+        assert_eq!(window_ends_at_ms(90, &s, 200_000), 220_000);
+    }
+
+    #[test]
+    fn a_paused_sale_holds_everyone_not_yet_admitted() {
+        let mut s = snap();
+        s.paused = true;
+        s.frozen = true;
+        let w = view(Some(150), false, &s, 200_000, 0.5);
+        assert_eq!(w.status, Status::Paused);
+        assert_eq!(
+            (w.place, w.position, w.ahead),
+            (Some(150), Some(50), Some(49))
+        );
+        assert!((4_000..=6_000).contains(&w.poll_after_ms));
+        assert_eq!(view(None, true, &s, 200_000, 0.5).status, Status::Paused);
+        // Admitted people keep their turn; closed windows stay closed.
+        assert_eq!(
+            view(Some(100), false, &s, 200_000, 0.5).status,
+            Status::Admitted
+        );
+        assert_eq!(
+            view(Some(20), false, &s, 200_000, 0.5).status,
+            Status::Closed
+        );
+        // Before the start the pre-queue is the pre-queue.
+        s.starts_at_ms = 300_000;
+        assert_eq!(view(None, false, &s, 200_000, 0.5).status, Status::Prequeue);
+        // Sold out and over win.
+        s.starts_at_ms = 100_000;
+        s.sold_out = true;
+        assert_eq!(
+            view(Some(150), false, &s, 200_000, 0.5).status,
+            Status::SoldOut
+        );
     }
 
     #[test]

@@ -19,7 +19,13 @@
 //!   of arrivals is complete once every shard has reported it, and what is
 //!   served for a complete second never changes;
 //! - sale settings come from the origin (at most one fetch a second); when
-//!   it fails the last stored settings stand.
+//!   it fails the last stored settings stand;
+//! - the frontier moves at the admission controller's rate
+//!   (`control::Controller`, stepped by the alarm once a second with the
+//!   origin's `health` from that fetch and the sale's `paused` flag) on the
+//!   service clock, which stands still while the controller is frozen: no
+//!   one is admitted while the origin does not answer or the sale is
+//!   paused, and every open window is extended by the freeze.
 
 use std::cell::Cell;
 
@@ -31,15 +37,19 @@ use worker::{
 };
 
 use crate::api::{self, ApiError};
+use crate::control::{Controller, Limits, Reason, Sample};
 use crate::draw;
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, send_with_timeout};
+use crate::metrics::AdmissionFigures;
 use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
 use crate::places::{Arrival, SecondArrivals, SecondReport, ShardIndex, Watermarks};
 use crate::queue::{ADMIT_TTL_SECS, Snapshot};
 use crate::shards;
 
 const CONFIG_REFRESH_MS: u64 = 1_000;
+/// The sale's p99 target when the origin names none (DESIGN default).
+const DEFAULT_P99_MS: f64 = 50.0;
 const SOLD_OUT_HINT_MS: u64 = 3_000;
 
 #[durable_object]
@@ -54,6 +64,9 @@ pub struct SaleQueue {
     requests: Cell<u64>,
     /// Whether an alarm is known to be set (memory only).
     alarm_known: Cell<bool>,
+    /// The origin's health from the last summary fetch; `None` when that
+    /// fetch failed (memory only: the alarm fetches before it steps).
+    sample: Cell<Option<Sample>>,
 }
 
 #[derive(Deserialize)]
@@ -175,12 +188,14 @@ impl SaleQueue {
             .then(|| serde_json::from_str::<Value>(&body).ok())
             .flatten();
         let Some(v) = parsed else {
+            self.sample.set(None);
             return if have {
                 Ok(())
             } else {
                 Err(ApiError::origin_unavailable())
             };
         };
+        self.sample.set(Some(health_sample(&v, now)));
         self.apply_config(&v)
     }
 
@@ -226,7 +241,50 @@ impl SaleQueue {
         self.set("origin_sold_out", u8::from(sold_out))?;
         let closed = v["phase"].as_str() == Some("ended");
         self.set("closed", u8::from(closed))?;
+        self.set("paused", u8::from(v["paused"].as_bool() == Some(true)))?;
+        let p99 = v["admission_p99_ms"]
+            .as_f64()
+            .filter(|p| p.is_finite() && *p > 0.0);
+        self.set("p99_ms", p99.unwrap_or(DEFAULT_P99_MS))?;
         Ok(())
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            ceiling: self.meta.f64("rate").unwrap_or(10.0),
+            p99_target_ms: self.meta.f64("p99_ms").unwrap_or(DEFAULT_P99_MS),
+        }
+    }
+
+    /// The stored controller (none before the first step after the start).
+    fn controller(&self) -> Option<Controller> {
+        self.meta
+            .get("control")
+            .and_then(|c| serde_json::from_str(&c).ok())
+    }
+
+    /// One controller step (the alarm's, once a second from the start);
+    /// stored, and logged when the reason changes.
+    fn step_controller(&self, now: u64) -> ApiResult<()> {
+        let limits = self.limits();
+        let mut c = self
+            .controller()
+            .unwrap_or_else(|| Controller::new(limits, now));
+        let before = (c.reason, c.rate);
+        c.step(limits, now, self.sample.get(), self.meta.flag("paused"));
+        if before.0 != c.reason {
+            worker::console_log!(
+                "admission {}: {:?} -> {:?}, rate {:.2} -> {:.2}/s",
+                self.meta.get("sale").unwrap_or_default(),
+                before.0,
+                c.reason,
+                before.1,
+                c.rate
+            );
+            let key = format!("rate_changes_{}", c.reason.label());
+            self.set(&key, self.meta.u64(&key).unwrap_or(0) + 1)?;
+        }
+        self.set("control", serde_json::to_string(&c).unwrap_or_default())
     }
 
     /// Makes sure the alarm chain runs (a write only when it does not).
@@ -249,9 +307,12 @@ impl SaleQueue {
             || self.meta.u64("sold_out_until_ms").is_some_and(|u| now < u)
     }
 
+    /// The frontier's settings; its rate is the controller's (0 while
+    /// frozen), the sale's ceiling until the controller's first step.
     fn params(&self) -> Params {
+        let ctl = self.controller();
         Params {
-            rate: self.meta.f64("rate").unwrap_or(10.0),
+            rate: ctl.map_or_else(|| self.limits().ceiling, |c| c.effective_rate()),
             factor: self.meta.f64("factor").unwrap_or(2.0),
             window_ms: ADMIT_TTL_SECS * 1000,
         }
@@ -308,9 +369,17 @@ impl SaleQueue {
         Ok((pre + after, complete))
     }
 
-    /// The frontier at `now` (advanced in memory; the alarm stores it),
-    /// with its cap and rate from here (what isolates extrapolate by).
+    /// The service clock at wall time `now`: less every frozen ms.
+    fn service_ms(&self, now: u64) -> u64 {
+        let frozen = self.controller().map_or(0, |c| c.frozen_ms_at(now));
+        now.saturating_sub(frozen)
+    }
+
+    /// The frontier at `now` (advanced in memory on the service clock; the
+    /// alarm stores it), with its cap and rate from here (what isolates
+    /// extrapolate by).
     fn frontier_at(&self, now: u64, placed: u64) -> (Frontier, f64, f64) {
+        let service = self.service_ms(now);
         let mut f: Frontier = self
             .meta
             .get("frontier")
@@ -320,7 +389,7 @@ impl SaleQueue {
             return (f, 0.0, 0.0);
         };
         let inp = Inputs {
-            now_ms: now,
+            now_ms: service,
             starts_at_ms: starts,
             placed,
             units_available: self.meta.u64("units_available"),
@@ -336,6 +405,8 @@ impl SaleQueue {
         let (placed, complete) = self.placed(&rows)?;
         let (f, cap, rate) = self.frontier_at(now, placed);
         let p = self.params();
+        let service = self.service_ms(now);
+        let ctl = self.controller();
         let drawn = self.drawn();
         let reported_pre: u64 = rows.iter().map(|r| r.prequeue as u64).sum();
         let prequeue = if drawn {
@@ -350,13 +421,14 @@ impl SaleQueue {
             now_ms: now,
             starts_at_ms: self.meta.u64("starts_at_ms").unwrap_or(0),
             ends_at_ms: self.meta.u64("ends_at_ms"),
-            rate: p.rate,
+            // The rate people move at now (for the ETA): the controller's.
+            rate: ctl.as_ref().map_or(p.rate, |c| c.rate),
             drawn,
             entries: prequeue + all_arrivals,
             prequeue,
             placed,
             frontier: f.admitted_places(),
-            expired: f.expired_at(now, p.window_ms).floor().max(0.0) as u64,
+            expired: f.expired_at(service, p.window_ms).floor().max(0.0) as u64,
             sold_out: self.sold_out(now),
             closed: self.meta.flag("closed"),
             commitment: self.meta.get("commitment").unwrap_or_default(),
@@ -369,8 +441,39 @@ impl SaleQueue {
             frontier_history: f
                 .checkpoints
                 .iter()
-                .filter(|(t, _)| now.saturating_sub(*t) < p.window_ms)
+                .filter(|(t, _)| service.saturating_sub(*t) < p.window_ms)
                 .copied()
+                .collect(),
+            service_ms: Some(service),
+            frozen: ctl.as_ref().is_some_and(|c| c.frozen),
+            paused: self.meta.flag("paused"),
+        })
+    }
+
+    /// What operators see of admission (`metrics::render` formats it).
+    fn figures(&self, sale: &str, now: u64) -> ApiResult<AdmissionFigures> {
+        let snap = self.snapshot(sale, now)?;
+        let ctl = self.controller();
+        let ceiling = self.limits().ceiling;
+        Ok(AdmissionFigures {
+            admitted: snap.frontier,
+            windows_ended: snap.expired,
+            abandoned: self.meta.u64("abandoned").unwrap_or(0),
+            placed: snap.placed,
+            waiting: snap.placed.saturating_sub(snap.frontier),
+            rate: ctl.as_ref().map_or(ceiling, |c| c.rate),
+            ceiling,
+            frozen: snap.frozen,
+            paused: snap.paused,
+            reason: ctl.as_ref().map_or(Reason::Start, |c| c.reason),
+            frozen_ms: ctl.as_ref().map_or(0, |c| c.frozen_ms_at(now)),
+            rate_changes: Reason::ALL
+                .iter()
+                .filter_map(|r| {
+                    self.meta
+                        .u64(&format!("rate_changes_{}", r.label()))
+                        .map(|n| (*r, n))
+                })
                 .collect(),
         })
     }
@@ -586,6 +689,9 @@ impl SaleQueue {
             (Method::Get, "/index") => self.index(),
             (Method::Get, "/arrivals") => self.arrivals(&url),
             (Method::Get, "/draw") => self.draw_header(),
+            (Method::Get, "/metrics") => {
+                Ok(serde_json::to_value(self.figures(&sale, now)?).unwrap_or(Value::Null))
+            }
             _ => Err(ApiError::not_found()),
         }
     }
@@ -620,6 +726,19 @@ impl SaleQueue {
     }
 }
 
+/// The controller's sample from an origin summary fetched at `now`: its
+/// `health` (an origin without one counts as healthy: it answered).
+fn health_sample(v: &Value, now: u64) -> Sample {
+    let h = &v["health"];
+    let share = |k: &str| h[k].as_f64().filter(|x| x.is_finite()).unwrap_or(0.0);
+    Sample {
+        at_ms: now,
+        shed_share: share("shed_share"),
+        error_share: share("error_share"),
+        p99_ms: share("p99_ms"),
+    }
+}
+
 impl DurableObject for SaleQueue {
     fn new(state: State, env: Env) -> Self {
         let q = SaleQueue {
@@ -629,6 +748,7 @@ impl DurableObject for SaleQueue {
             fetched_ms: Cell::new(0),
             requests: Cell::new(0),
             alarm_known: Cell::new(false),
+            sample: Cell::new(None),
         };
         if let Err(e) = q.init() {
             worker::console_error!("sale queue init: {}", e.message);
@@ -658,6 +778,9 @@ impl DurableObject for SaleQueue {
         }
         if !self.drawn() {
             self.poke_shards(&sale).await;
+        }
+        if let Err(e) = self.step_controller(now) {
+            worker::console_error!("admission controller: {}", e.message);
         }
         match self.shard_rows().and_then(|rows| self.placed(&rows)) {
             Ok((placed, _)) => {

@@ -575,6 +575,26 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
     json_response(200, &body, "public, max-age=86400, immutable").map_err(internal)
 }
 
+// ------------------------------------------------------------- metrics
+
+/// `GET /api/sales/{sale}/metrics`: the coordinator's admission figures as
+/// Prometheus text (`metrics::render`), for a scraper; never cached.
+pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
+    // Unknown sales are refused before an object is created for them.
+    origin_summary(env, sale).await?;
+    let v = call_coordinator(env, sale, Method::Get, "/metrics", None).await?;
+    let f: crate::metrics::AdmissionFigures = serde_json::from_value(v)
+        .map_err(|_| ApiError::new(502, "queue_error", "bad admission figures"))?;
+    let headers = worker::Headers::new();
+    headers
+        .set("content-type", "text/plain; version=0.0.4; charset=utf-8")
+        .map_err(internal)?;
+    headers.set("cache-control", "no-store").map_err(internal)?;
+    Ok(Response::ok(crate::metrics::render(sale, &f))
+        .map_err(internal)?
+        .with_headers(headers))
+}
+
 // ------------------------------------------------------------- dev hook
 
 #[derive(Deserialize)]
