@@ -140,3 +140,46 @@ test('operators read admission as Prometheus text: admitted, why the rate change
   assert.equal(unknown.status, 404);
   assert.equal(unknown.body.error.code, 'sale_not_found');
 });
+
+test('a person who stops polling for 30 s loses the turn to the next person within 35 s, and may join again at the back', async () => {
+  const sale = `e2e-gone-${rid()}`;
+  // One unit, k = 1: one open turn at a time, so the next person is
+  // admitted only when the first turn is given back.
+  createSale({
+    sale, name: 'E2E walked away', units: 1, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 1,
+  });
+  const [gone, next] = [`gone-${rid()}`, `next-${rid()}`].map((account) => ({ account }));
+  const q = (p) => call('GET', `${EDGE}/api/sales/${sale}/queue`, { token: p.ticket }).then((r) => {
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    if (r.body.ticket) p.ticket = r.body.ticket;
+    return r.body;
+  });
+  for (const p of [gone, next]) {
+    const r = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(p.account) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    p.ticket = r.body.ticket;
+  }
+  assert.ok(await until(20_000, async () => (await q(gone)).status === 'admitted', 500), 'the first is admitted');
+  await q(gone); // seen while admitted, then never again
+  const lastSeen = Date.now();
+  const n = await q(next);
+  assert.equal(n.status, 'waiting', `one open turn at a time: ${JSON.stringify(n)}`);
+  const admittedAt = await until(45_000, async () => ((await q(next)).status === 'admitted' ? Date.now() : null), 1000);
+  assert.ok(admittedAt, 'the next person is admitted');
+  assert.ok(admittedAt - lastSeen >= 29_000, `not before 30 s unseen (${admittedAt - lastSeen} ms)`);
+  assert.ok(admittedAt - lastSeen <= 35_000, `within 35 s (${admittedAt - lastSeen} ms)`);
+  const g = await q(gone);
+  assert.equal(g.status, 'closed', JSON.stringify(g));
+  assert.equal(g.reason, 'abandoned');
+  assert.equal(g.admission_token, undefined);
+  // Joining again puts them at the back, behind the person admitted.
+  const again = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(gone.account) });
+  assert.equal(again.status, 200, JSON.stringify(again.body));
+  gone.ticket = again.body.ticket;
+  const placed = await placeOf(sale, gone.ticket);
+  assert.equal(placed.place, 3, `at the back: ${JSON.stringify(placed)}`);
+  assert.equal(placed.status, 'waiting');
+  const m = await (await fetch(`${EDGE}/api/sales/${sale}/metrics`)).text();
+  assert.match(m, new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} 1\\n`));
+});

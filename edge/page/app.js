@@ -56,6 +56,8 @@
       sold_out_h: 'Sold out',
       sold_out_t: 'Every unit is taken right now. If reserved units are released, the line moves again — keep this page open.',
       closed_h: 'Closed', closed_t: 'This sale is over, or your turn to reserve has passed.',
+      abandoned_h: 'Your turn has passed',
+      abandoned_t: 'This page stopped checking in for 30 seconds while you held nothing, so your turn went to the next person. You may join again, at the back of the line.',
       held_h: 'Reserved — complete your payment', held_t: '{qty} unit(s) are held for you.',
       hold_left: 'Held for {dur} more (until {time}).', hold_over: 'The hold has expired.',
       paying_h: 'Payment in progress', paying_t: 'Waiting for the payment provider to confirm…',
@@ -67,7 +69,7 @@
       live_prequeue: 'You are in the pre-queue.', live_drawing: 'The order is being drawn.',
       live_waiting: 'You are in line.', live_admitted: "It's your turn: you may reserve now.",
       live_paused: 'The sale is paused; you keep your place.', live_sold_out: 'Sold out.',
-      live_closed: 'Closed.', live_held: 'Reserved: complete your payment.',
+      live_closed: 'Closed.', live_abandoned: 'Your turn has passed; you may join again.', live_held: 'Reserved: complete your payment.',
       live_paying: 'Payment in progress.', live_paid: 'Paid: your order is confirmed.',
       live_no_sale: 'No such sale.',
       title_turn: "It's your turn — {name}", title: '{name} — flash sale',
@@ -119,6 +121,8 @@
       sold_out_h: 'Hết hàng',
       sold_out_t: 'Hiện mọi sản phẩm đã được giữ. Nếu có hàng được trả lại, hàng chờ sẽ tiếp tục — hãy để trang này mở.',
       closed_h: 'Đã đóng', closed_t: 'Đợt bán đã kết thúc, hoặc lượt đặt giữ của bạn đã qua.',
+      abandoned_h: 'Lượt của bạn đã qua',
+      abandoned_t: 'Trang này đã ngừng cập nhật trong 30 giây khi bạn chưa giữ hàng nào, nên lượt của bạn đã chuyển cho người kế tiếp. Bạn có thể vào hàng chờ lại, ở cuối hàng.',
       held_h: 'Đã giữ hàng — hãy hoàn tất thanh toán', held_t: 'Đang giữ {qty} sản phẩm cho bạn.',
       hold_left: 'Còn giữ trong {dur} (đến {time}).', hold_over: 'Thời gian giữ hàng đã hết.',
       paying_h: 'Đang thanh toán', paying_t: 'Đang chờ nhà cung cấp thanh toán xác nhận…',
@@ -130,7 +134,7 @@
       live_prequeue: 'Bạn đang ở hàng chờ trước giờ mở bán.', live_drawing: 'Đang bốc thăm thứ tự.',
       live_waiting: 'Bạn đang trong hàng chờ.', live_admitted: 'Đã đến lượt bạn: bạn có thể đặt giữ hàng ngay.',
       live_paused: 'Đợt bán đang tạm dừng; bạn vẫn giữ vị trí.', live_sold_out: 'Hết hàng.',
-      live_closed: 'Đã đóng.', live_held: 'Đã giữ hàng: hãy hoàn tất thanh toán.',
+      live_closed: 'Đã đóng.', live_abandoned: 'Lượt của bạn đã qua; bạn có thể vào hàng chờ lại.', live_held: 'Đã giữ hàng: hãy hoàn tất thanh toán.',
       live_paying: 'Đang thanh toán.', live_paid: 'Đã thanh toán: đơn hàng đã được xác nhận.',
       live_no_sale: 'Không có đợt bán này.',
       title_turn: 'Đến lượt bạn — {name}', title: '{name} — flash sale',
@@ -529,7 +533,9 @@
     show('token-form', !signedIn && devMode);
     show('dev-form', !signedIn && devMode);
     say('who', st.sub ? t('who', { who: st.sub }) : '');
-    show('join', signedIn && !st.ticket);
+    // A turn lost for not checking in may join again, at the back.
+    const again = status && status.status === 'closed' && status.reason === 'abandoned';
+    show('join', signedIn && (!st.ticket || again));
     show('state', Boolean(st.ticket) || Boolean(st.res));
     show('line', false);
     show('admit', false);
@@ -567,6 +573,8 @@
       setState(kind, 'paused', t('paused_h'), t('paused_t'));
     } else if (kind === 'sold_out') {
       setState(kind, 'sold-out', t('sold_out_h'), t('sold_out_t'));
+    } else if (kind === 'closed' && x.reason === 'abandoned') {
+      setState('abandoned', 'closed', t('abandoned_h'), t('abandoned_t'));
     } else if (kind === 'closed') {
       setState(kind, 'closed', t('closed_h'), t('closed_t'));
     }

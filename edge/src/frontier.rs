@@ -14,7 +14,8 @@
 //! - inventory-aware: people whose admission window (the `admit` token
 //!   lifetime) is still open never exceed `factor × units_available`
 //!   (counting conservatively: everyone admitted within the window counts,
-//!   even if they already hold), so nobody is let in to buy what is gone;
+//!   even if they already hold, except turns given back by people who
+//!   walked away: `freed`), so nobody is let in to buy what is gone;
 //! - with no inventory figure yet (origin never answered) it does not move.
 
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,9 @@ pub struct Inputs {
     /// Units still available (origin summary), if known.
     pub units_available: Option<u64>,
     pub sold_out: bool,
+    /// Admitted people whose window is still open but who lost the turn
+    /// (`turns`): their share of the inventory cap is free again.
+    pub freed: u64,
 }
 
 /// Checkpoints are kept about once a second.
@@ -78,7 +82,7 @@ impl Frontier {
     pub fn ceiling(&self, p: Params, inp: Inputs) -> (f64, f64) {
         let expired = self.expired_at(inp.now_ms, p.window_ms);
         let inventory_cap = match inp.units_available {
-            Some(units) => expired + p.factor.max(0.0) * units as f64,
+            Some(units) => expired + inp.freed as f64 + p.factor.max(0.0) * units as f64,
             None => self.admitted,
         };
         let cap = (inp.placed as f64).min(inventory_cap).max(self.admitted);
@@ -100,7 +104,7 @@ impl Frontier {
             let dt = (inp.now_ms - from) as f64 / 1000.0;
             let expired = self.expired_at(inp.now_ms, p.window_ms);
             let inventory_cap = match inp.units_available {
-                Some(units) => expired + p.factor.max(0.0) * units as f64,
+                Some(units) => expired + inp.freed as f64 + p.factor.max(0.0) * units as f64,
                 None => self.admitted,
             };
             let target = (self.admitted + p.rate * dt)
@@ -154,6 +158,7 @@ mod tests {
             placed,
             units_available: units,
             sold_out,
+            freed: 0,
         }
     }
 
@@ -208,6 +213,23 @@ mod tests {
         // No inventory figure: no movement.
         f.advance(P, inp(400_000, 1000, None, false));
         assert_eq!(f.admitted_places(), 12);
+    }
+
+    #[test]
+    fn abandoned_turns_free_the_cap_for_the_next_people() {
+        let mut f = Frontier::default();
+        // 3 units, k = 2: 6 people in an open window, then stuck.
+        f.advance(P, inp(110_000, 1000, Some(3), false));
+        f.advance(P, inp(150_000, 1000, Some(3), false));
+        assert_eq!(f.admitted_places(), 6);
+        // Two of them walked away: two more may come in.
+        let freed = Inputs {
+            freed: 2,
+            ..inp(151_000, 1000, Some(3), false)
+        };
+        f.advance(P, freed);
+        assert_eq!(f.admitted_places(), 8);
+        assert_eq!(f.ceiling(P, freed).0, 8.0);
     }
 
     #[test]

@@ -588,6 +588,10 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
         &format!("/api/sales/{sale}/reservations"),
     )
     .await?;
+    if resp.status_code() == 202 {
+        // A person with a live hold never loses the turn (issue 13 #4).
+        waiting::tell_held(env, sale, &claims.sub).await;
+    }
     if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.

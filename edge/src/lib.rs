@@ -7,7 +7,7 @@
 //!
 //! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`],
 //! [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`], [`shard_draw`],
-//! [`shards`], [`trace`]) hold all the logic and are tested on the host;
+//! [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
 //! are thin runtime glue. Invariant: nothing in this crate trusts input —
 //! every token is verified, every id validated, and no input can make it
@@ -25,6 +25,7 @@ pub mod queue;
 pub mod shard_draw;
 pub mod shards;
 pub mod trace;
+pub mod turns;
 
 #[cfg(target_arch = "wasm32")]
 mod glue;

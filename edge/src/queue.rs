@@ -94,6 +94,10 @@ pub struct Snapshot {
     /// An operator paused the sale.
     #[serde(default)]
     pub paused: bool,
+    /// Places within an open window whose holder lost the turn for not
+    /// being seen (`turns`), ascending: they are `closed`.
+    #[serde(default)]
+    pub abandoned: Vec<u64>,
 }
 
 /// The snapshot's service clock at wall time `now_ms` (see
@@ -141,10 +145,25 @@ pub enum Status {
     Closed,
 }
 
+/// Why a status is `closed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloseReason {
+    /// The sale is over (ended, or closed by the origin).
+    SaleEnded,
+    /// The person's admission window passed without a reservation.
+    WindowEnded,
+    /// Admitted, then not seen for 30 s while holding nothing: the turn
+    /// went to the next person. They may join again, at the back.
+    Abandoned,
+}
+
 /// The status object, minus the tokens (added by the caller).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct View {
     pub status: Status,
+    /// Set when `status` is `closed`.
+    pub reason: Option<CloseReason>,
     /// 1-based place in line (fixed once known).
     pub place: Option<u64>,
     /// Position in the part of the line not yet admitted (1 = next).
@@ -189,6 +208,7 @@ pub fn view(
     };
     let mut v = View {
         status: Status::Waiting,
+        reason: None,
         place,
         position,
         ahead,
@@ -197,6 +217,7 @@ pub fn view(
     };
     if closed {
         v.status = Status::Closed;
+        v.reason = Some(CloseReason::SaleEnded);
         v.poll_after_ms = MAX_POLL_MS * 2;
         return v;
     }
@@ -243,6 +264,11 @@ pub fn view(
         if p <= s.expired {
             // Their admission window has closed without a reservation.
             v.status = Status::Closed;
+            v.reason = Some(CloseReason::WindowEnded);
+            v.poll_after_ms = MAX_POLL_MS * 2;
+        } else if s.abandoned.binary_search(&p).is_ok() {
+            v.status = Status::Closed;
+            v.reason = Some(CloseReason::Abandoned);
             v.poll_after_ms = MAX_POLL_MS * 2;
         } else {
             v.status = Status::Admitted;
@@ -375,7 +401,28 @@ mod tests {
             service_ms: None,
             frozen: false,
             paused: false,
+            abandoned: vec![],
         }
+    }
+
+    #[test]
+    fn an_abandoned_turn_is_closed_with_its_reason() {
+        let mut s = snap();
+        s.abandoned = vec![30, 90];
+        let v = view(Some(90), false, &s, 200_000, 0.5);
+        assert_eq!(
+            (v.status, v.reason),
+            (Status::Closed, Some(CloseReason::Abandoned))
+        );
+        let v = view(Some(91), false, &s, 200_000, 0.5);
+        assert_eq!((v.status, v.reason), (Status::Admitted, None));
+        let v = view(Some(20), false, &s, 200_000, 0.5);
+        assert_eq!(v.reason, Some(CloseReason::WindowEnded));
+        s.closed = true;
+        assert_eq!(
+            view(Some(91), false, &s, 200_000, 0.5).reason,
+            Some(CloseReason::SaleEnded)
+        );
     }
 
     #[test]

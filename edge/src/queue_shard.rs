@@ -20,7 +20,12 @@
 //!   stored after each step (an evicted object resumes); no request runs
 //!   it, and no request waits longer than one step;
 //! - buckets never change once written; the seed is only asked of the
-//!   coordinator once the start has come.
+//!   coordinator once the start has come;
+//! - admitted people's turns (issue 13 #4): when each was last seen (a
+//!   status poll while admitted, told by the Worker) and whether they made
+//!   a reservation, reported to the coordinator with the next second's
+//!   arrivals; a person whose turn was abandoned joins again at the back
+//!   (a new arrival stamp and `seq`) once, never twice for one turn.
 
 use std::cell::Cell;
 
@@ -104,6 +109,24 @@ struct JoinBody {
     /// When the join reached the edge (believed within bounds).
     #[serde(default)]
     arrival_ms: Option<u64>,
+    /// Join again at the back: the `seq` of the entry whose turn was
+    /// abandoned (the Worker checked it against the coordinator's list).
+    #[serde(default)]
+    again_seq: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct TurnBody {
+    sub: String,
+    #[serde(default)]
+    place: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct TurnRow {
+    place: f64,
+    seen_ms: f64,
+    held: f64,
 }
 
 #[derive(Deserialize)]
@@ -200,6 +223,12 @@ impl QueueShard {
             "CREATE INDEX IF NOT EXISTS entries_value ON entries (value) WHERE value IS NOT NULL",
             "CREATE INDEX IF NOT EXISTS entries_arrival ON entries (t_ms) WHERE prequeue = 0",
             "CREATE TABLE IF NOT EXISTS buckets (j INTEGER PRIMARY KEY, vals TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS turns (
+                sub TEXT PRIMARY KEY,
+                place INTEGER NOT NULL,
+                seen_ms INTEGER NOT NULL,
+                held INTEGER NOT NULL DEFAULT 0,
+                reported INTEGER NOT NULL DEFAULT 0)",
         ] {
             sql.exec(q, None).map_err(sql_err)?;
         }
@@ -313,6 +342,40 @@ impl QueueShard {
             .map_err(sql_err)?
             .into_iter()
             .next();
+        if let Some(row) = &existing
+            && b.again_seq == Some(row.seq as u64)
+        {
+            // The abandoned turn is given up for a new arrival, now; the old
+            // (t_ms, seq) stays in its reported second, so its place stays
+            // taken and nobody else's place moves.
+            let mut stamper = self.stamper.get();
+            let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms).max(self.starts_at()));
+            self.stamper.set(stamper);
+            let seq = self.meta.u64("next_seq").unwrap_or(1);
+            let (ticket, exp) = self.mint(sale, &sub, seq, Some(t), now)?;
+            self.sql()
+                .exec(
+                    "UPDATE entries SET seq = ?, t_ms = ?, prequeue = 0, ticket = ?, ticket_exp = ?
+                     WHERE sub = ?",
+                    Some(vec![
+                        (seq as f64).into(),
+                        (t as f64).into(),
+                        ticket.as_str().into(),
+                        (exp as f64).into(),
+                        sub.as_str().into(),
+                    ]),
+                )
+                .map_err(sql_err)?;
+            self.sql()
+                .exec(
+                    "DELETE FROM turns WHERE sub = ?",
+                    Some(vec![sub.as_str().into()]),
+                )
+                .map_err(sql_err)?;
+            self.set("next_seq", seq + 1)?;
+            self.alarm_by(now - now % 1000 + 1_100).await?;
+            return Ok(json!({"ticket": ticket, "prequeue": false}));
+        }
         if let Some(row) = existing {
             let pre = row.prequeue as u64 == 1;
             if let (Some(t), Some(exp)) = (&row.ticket, row.ticket_exp)
@@ -470,6 +533,35 @@ impl QueueShard {
                 self.alarm_by(now_ms()).await?;
                 Ok(json!({"ok": true}))
             }
+            (Method::Post, "/seen") => {
+                let b: TurnBody = req.json().await.map_err(bad)?;
+                let place = b
+                    .place
+                    .ok_or_else(|| ApiError::new(400, "bad_request", "place"))?;
+                self.sql()
+                    .exec(
+                        "INSERT INTO turns (sub, place, seen_ms) VALUES (?, ?, ?)
+                         ON CONFLICT(sub) DO UPDATE SET place = excluded.place,
+                             seen_ms = excluded.seen_ms, reported = 0",
+                        Some(vec![
+                            b.sub.as_str().into(),
+                            (place as f64).into(),
+                            (now_ms() as f64).into(),
+                        ]),
+                    )
+                    .map_err(sql_err)?;
+                Ok(json!({"ok": true}))
+            }
+            (Method::Post, "/held") => {
+                let b: TurnBody = req.json().await.map_err(bad)?;
+                self.sql()
+                    .exec(
+                        "UPDATE turns SET held = 1, seen_ms = ?, reported = 0 WHERE sub = ?",
+                        Some(vec![(now_ms() as f64).into(), b.sub.as_str().into()]),
+                    )
+                    .map_err(sql_err)?;
+                Ok(json!({"ok": true}))
+            }
             (Method::Get, "/bucket") => self.bucket(&url),
             (Method::Get, "/state") => Ok(json!({
                 "draw": self.draw_state(),
@@ -594,9 +686,31 @@ impl QueueShard {
             }
         }
         let through = until_ms / 1000 - 1;
+        let turns: Vec<(u64, u64, bool)> = self
+            .sql()
+            .exec(
+                "SELECT place, seen_ms, held FROM turns WHERE reported = 0 LIMIT 5000",
+                None,
+            )
+            .map_err(sql_err)?
+            .to_array::<TurnRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| (r.place as u64, r.seen_ms as u64, r.held as u64 == 1))
+            .collect();
         let body = json!({"shard": shard, "through": through, "seconds": seconds,
-                          "requests": self.requests.get()});
+                          "requests": self.requests.get(), "turns": turns});
         self.coordinator(Method::Post, "/report", &body).await?;
+        // Seen again meanwhile (an await ago) is reported next time: only
+        // rows unchanged since the read are marked.
+        for (place, seen, _) in &turns {
+            self.sql()
+                .exec(
+                    "UPDATE turns SET reported = 1 WHERE place = ? AND seen_ms = ?",
+                    Some(vec![(*place as f64).into(), (*seen as f64).into()]),
+                )
+                .map_err(sql_err)?;
+        }
         self.set("reported_through", through)
     }
 }

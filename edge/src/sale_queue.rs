@@ -25,9 +25,14 @@
 //!   origin's `health` from that fetch and the sale's `paused` flag) on the
 //!   service clock, which stands still while the controller is frozen: no
 //!   one is admitted while the origin does not answer or the sale is
-//!   paused, and every open window is extended by the freeze.
+//!   paused, and every open window is extended by the freeze;
+//! - abandoned turns (issue 13 #4): the shards report when admitted people
+//!   were last seen and who made a reservation; the alarm closes the turns
+//!   of people not seen for 30 s who hold nothing (`turns`), once and for
+//!   good, and their share of the inventory cap goes to the next people.
 
 use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -46,6 +51,7 @@ use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
 use crate::places::{Arrival, SecondArrivals, SecondReport, ShardIndex, Watermarks};
 use crate::queue::{ADMIT_TTL_SECS, Snapshot};
 use crate::shards;
+use crate::turns::{self, Turn};
 
 const CONFIG_REFRESH_MS: u64 = 1_000;
 /// The sale's p99 target when the origin names none (DESIGN default).
@@ -110,7 +116,28 @@ struct Report {
     prequeue: Option<u64>,
     #[serde(default)]
     requests: u64,
+    /// Admitted people's turns changed since the last report: (place,
+    /// last seen ms, made a reservation).
+    #[serde(default)]
+    turns: Vec<(u64, u64, bool)>,
 }
+
+#[derive(Deserialize)]
+struct TurnRow {
+    place: f64,
+    seen_ms: f64,
+    held: f64,
+}
+
+#[derive(Deserialize)]
+struct PlaceRow {
+    place: f64,
+}
+
+/// Most abandoned places the snapshot lists (those in open windows).
+const MAX_ABANDONED_LISTED: u64 = 20_000;
+/// Most turns one alarm closes.
+const MAX_ABANDONED_PER_STEP: usize = 5_000;
 
 impl SaleQueue {
     fn sql(&self) -> SqlStorage {
@@ -132,6 +159,11 @@ impl SaleQueue {
                 through INTEGER,
                 requests INTEGER NOT NULL DEFAULT 0,
                 prequeue INTEGER NOT NULL DEFAULT 0)",
+            "CREATE TABLE IF NOT EXISTS turns (
+                place INTEGER PRIMARY KEY,
+                seen_ms INTEGER NOT NULL,
+                held INTEGER NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS abandoned (place INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL)",
             "CREATE TABLE IF NOT EXISTS arrivals (
                 second INTEGER NOT NULL,
                 shard INTEGER NOT NULL,
@@ -388,12 +420,17 @@ impl SaleQueue {
         let Some(starts) = self.meta.u64("starts_at_ms") else {
             return (f, 0.0, 0.0);
         };
+        let expired = f
+            .expired_at(service, self.params().window_ms)
+            .floor()
+            .max(0.0) as u64;
         let inp = Inputs {
             now_ms: service,
             starts_at_ms: starts,
             placed,
             units_available: self.meta.u64("units_available"),
             sold_out: self.sold_out(now),
+            freed: self.abandoned_after(expired).map_or(0, |v| v.len() as u64),
         };
         f.advance(self.params(), inp);
         let (cap, rate) = f.ceiling(self.params(), inp);
@@ -447,6 +484,8 @@ impl SaleQueue {
             service_ms: Some(service),
             frozen: ctl.as_ref().is_some_and(|c| c.frozen),
             paused: self.meta.flag("paused"),
+            abandoned: self
+                .abandoned_after(f.expired_at(service, p.window_ms).floor().max(0.0) as u64)?,
         })
     }
 
@@ -476,6 +515,84 @@ impl SaleQueue {
                 })
                 .collect(),
         })
+    }
+
+    /// Abandoned places above `expired` (their windows are still open),
+    /// ascending.
+    fn abandoned_after(&self, expired: u64) -> ApiResult<Vec<u64>> {
+        Ok(self
+            .sql()
+            .exec(
+                "SELECT place FROM abandoned WHERE place > ? ORDER BY place LIMIT ?",
+                Some(vec![
+                    (expired as f64).into(),
+                    (MAX_ABANDONED_LISTED as f64).into(),
+                ]),
+            )
+            .map_err(sql_err)?
+            .to_array::<PlaceRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| r.place as u64)
+            .collect())
+    }
+
+    /// Closes the turns of admitted people not seen for 30 s who hold
+    /// nothing (`turns::newly_abandoned`); the alarm's, after the frontier
+    /// is stored.
+    fn close_abandoned(&self, f: &Frontier, now: u64) -> ApiResult<()> {
+        let service = self.service_ms(now);
+        let window = self.params().window_ms;
+        let expired = f.expired_at(service, window).floor().max(0.0) as u64;
+        let frontier = f.admitted_places();
+        if frontier <= expired {
+            return Ok(());
+        }
+        let sql = self.sql();
+        let turns: HashMap<u64, Turn> = sql
+            .exec(
+                "SELECT place, seen_ms, held FROM turns WHERE place > ? AND place <= ?",
+                Some(vec![(expired as f64).into(), (frontier as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<TurnRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| {
+                let t = Turn {
+                    seen_ms: r.seen_ms as u64,
+                    held: r.held as u64 == 1,
+                };
+                (r.place as u64, t)
+            })
+            .collect();
+        let already: HashSet<u64> = self.abandoned_after(expired)?.into_iter().collect();
+        let frozen = self.controller().is_some_and(|c| c.frozen);
+        let lost = turns::newly_abandoned(
+            turns::Now {
+                history: &f.checkpoints,
+                expired,
+                frontier,
+                service_ms: service,
+                wall_ms: now,
+                frozen,
+            },
+            &turns,
+            &already,
+            MAX_ABANDONED_PER_STEP,
+        );
+        for p in &lost {
+            sql.exec(
+                "INSERT OR IGNORE INTO abandoned (place, at_ms) VALUES (?, ?)",
+                Some(vec![(*p as f64).into(), (now as f64).into()]),
+            )
+            .map_err(sql_err)?;
+        }
+        if !lost.is_empty() {
+            let n = self.meta.u64("abandoned").unwrap_or(0) + lost.len() as u64;
+            self.set("abandoned", n)?;
+        }
+        Ok(())
     }
 
     fn upsert_shard(&self, shard: u32, requests: u64) -> ApiResult<()> {
@@ -549,6 +666,19 @@ impl SaleQueue {
                         .unwrap_or_default()
                         .as_str()
                         .into(),
+                ]),
+            )
+            .map_err(sql_err)?;
+        }
+        for (place, seen, held) in &r.turns {
+            sql.exec(
+                "INSERT INTO turns (place, seen_ms, held) VALUES (?, ?, ?)
+                 ON CONFLICT(place) DO UPDATE SET seen_ms = MAX(seen_ms, excluded.seen_ms),
+                     held = MAX(held, excluded.held)",
+                Some(vec![
+                    (*place as f64).into(),
+                    (*seen as f64).into(),
+                    i64::from(*held).into(),
                 ]),
             )
             .map_err(sql_err)?;
@@ -788,6 +918,9 @@ impl DurableObject for SaleQueue {
                 if let Err(e) = self.set("frontier", serde_json::to_string(&f).unwrap_or_default())
                 {
                     worker::console_error!("frontier: {}", e.message);
+                }
+                if let Err(e) = self.close_abandoned(&f, now) {
+                    worker::console_error!("abandoned turns: {}", e.message);
                 }
             }
             Err(e) => worker::console_error!("frontier: {}", e.message),

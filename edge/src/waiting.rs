@@ -63,9 +63,16 @@ thread_local! {
     static SECONDS: RefCell<HashMap<String, Rc<SecondArrivals>>> = RefCell::new(HashMap::new());
     /// `sale/sub` → (ticket, exp) of joins this isolate answered.
     static JOINED: RefCell<HashMap<String, (String, u64)>> = RefCell::new(HashMap::new());
+    /// `sale/sub` → when this isolate last told the shard the admitted
+    /// person was seen.
+    static SEEN: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     /// Pieces being fetched by a request of this isolate (single flight).
     static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
+
+/// An admitted person's polls are told to their shard at most this often
+/// per isolate (they poll every ~10 s; the turn is lost after 30 s unseen).
+const SEEN_EVERY_MS: u64 = 5_000;
 
 /// How long a request waits for another one fetching the same piece.
 const PIECE_WAIT_MS: u64 = 3_000;
@@ -215,6 +222,9 @@ fn status_body(
         "poll_after_ms": v.poll_after_ms,
         "starts_at_ms": s.starts_at_ms,
     });
+    if let Some(why) = v.reason {
+        body["reason"] = json!(why);
+    }
     if v.status == Status::Admitted
         && let Some(p) = place
     {
@@ -288,7 +298,61 @@ pub(crate) async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Resp
             j.ticket
         }
     };
+    let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
     status_for(env, sale, &ticket).await
+}
+
+/// A join by someone whose turn was abandoned (`queue::CloseReason::
+/// Abandoned`) puts them in line again, at the back: the shard gives the
+/// entry a new arrival (only for the turn named, so twice is once).
+async fn again_if_abandoned(
+    env: &Env,
+    sale: &str,
+    sub: &str,
+    ticket: String,
+    now: u64,
+) -> ApiResult<String> {
+    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let expect = Expect {
+        typ: TokenType::Ticket,
+        sale: Some(sale),
+    };
+    let Ok(claims) = tickets.verify(&ticket, expect, now / 1000) else {
+        return Ok(ticket);
+    };
+    let tkt = claims.tkt.unwrap_or_default();
+    let snap = snapshot(env, sale).await?;
+    if snap.abandoned.is_empty() {
+        return Ok(ticket);
+    }
+    let Some(place) = place_of_ticket(env, sale, sub, &tkt, &snap).await else {
+        return Ok(ticket);
+    };
+    if snap.abandoned.binary_search(&place).is_err() {
+        return Ok(ticket);
+    }
+    let cfg = sale_cfg(env, sale).await?;
+    let k = tkt
+        .shard
+        .unwrap_or_else(|| shards::shard_of(sub, cfg.shards));
+    let body = json!({
+        "sub": sub, "shard": k, "shards": cfg.shards,
+        "starts_at_ms": cfg.starts_at_ms, "ends_at_ms": cfg.ends_at_ms,
+        "arrival_ms": now, "again_seq": tkt.seq,
+    });
+    let v = call_shard(env, sale, k, Method::Post, "/join", Some(&body)).await?;
+    let j: Joined =
+        serde_json::from_value(v).map_err(|_| ApiError::new(502, "queue_error", "bad join"))?;
+    let exp = now / 1000 + TICKET_TTL_SECS;
+    JOINED.with(|m| {
+        bounded(
+            &mut m.borrow_mut(),
+            MAX_JOINED,
+            format!("{sale}/{sub}"),
+            (j.ticket.clone(), exp),
+        )
+    });
+    Ok(j.ticket)
 }
 
 pub(crate) async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
@@ -313,7 +377,7 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
     let after_start = tkt.t_ms.is_some();
-    if tkt.place.is_some() {
+    if let Some(p) = tkt.place {
         let body = status_body(
             env,
             sale,
@@ -323,24 +387,18 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
             after_start,
             &snap,
         )?;
+        if body["status"] == "admitted" {
+            let shard = tkt
+                .shard
+                .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
+            seen(env, sale, &claims.sub, shard, p).await;
+        }
         return reply(&body);
     }
     let shard = tkt
         .shard
         .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
-    let place = match tkt.t_ms {
-        Some(t) if t < snap.fifo_through_ms => {
-            let me = Arrival {
-                t_ms: t,
-                shard,
-                seq: tkt.seq,
-            };
-            fifo_place(env, sale, me).await
-        }
-        Some(_) => None,
-        None if snap.drawn => prequeue_place(env, sale, &claims.sub, shard, &snap).await,
-        None => None,
-    };
+    let place = place_of_ticket(env, sale, &claims.sub, &tkt, &snap).await;
     let Some(p) = place else {
         let body = status_body(env, sale, &claims.sub, ticket, None, after_start, &snap)?;
         return reply(&body);
@@ -375,7 +433,74 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
         after_start,
         &snap,
     )?;
+    if body["status"] == "admitted" {
+        seen(env, sale, &claims.sub, shard, p).await;
+    }
     reply(&body)
+}
+
+/// The place of a ticket's holder once it is known: from the ticket, or
+/// computed from the immutable pieces (see the module doc).
+async fn place_of_ticket(
+    env: &Env,
+    sale: &str,
+    sub: &str,
+    tkt: &TicketData,
+    snap: &Snapshot,
+) -> Option<u64> {
+    if tkt.place.is_some() {
+        return tkt.place;
+    }
+    let shard = tkt
+        .shard
+        .unwrap_or_else(|| shards::shard_of(sub, snap.shards));
+    match tkt.t_ms {
+        Some(t) if t < snap.fifo_through_ms => {
+            let me = Arrival {
+                t_ms: t,
+                shard,
+                seq: tkt.seq,
+            };
+            fifo_place(env, sale, me).await
+        }
+        Some(_) => None,
+        None if snap.drawn => prequeue_place(env, sale, sub, shard, snap).await,
+        None => None,
+    }
+}
+
+/// Tells the account's shard an admitted person was seen (at most every
+/// [`SEEN_EVERY_MS`] per isolate); best effort: a lost one is made up by
+/// the next poll (~10 s later, inside the 30 s).
+async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
+    let key = format!("{sale}/{sub}");
+    let now = now_ms();
+    let fresh = SEEN.with(|m| {
+        m.borrow()
+            .get(&key)
+            .is_some_and(|t| now.saturating_sub(*t) < SEEN_EVERY_MS)
+    });
+    if fresh {
+        return;
+    }
+    let body = json!({"sub": sub, "place": place});
+    if call_shard(env, sale, shard, Method::Post, "/seen", Some(&body))
+        .await
+        .is_ok()
+    {
+        SEEN.with(|m| bounded(&mut m.borrow_mut(), MAX_JOINED, key, now));
+    }
+}
+
+/// Tells the account's shard it made a reservation: a person with a live
+/// hold never loses the turn.
+pub(crate) async fn tell_held(env: &Env, sale: &str, sub: &str) {
+    let Ok(cfg) = sale_cfg(env, sale).await else {
+        return;
+    };
+    let k = shards::shard_of(sub, cfg.shards);
+    let body = json!({"sub": sub});
+    let _ = call_shard(env, sale, k, Method::Post, "/held", Some(&body)).await;
 }
 
 /// Waits while another request of this isolate fetches piece `id` (the
