@@ -118,8 +118,12 @@ struct JoinBody {
 #[derive(Deserialize)]
 struct TurnBody {
     sub: String,
-    #[serde(default)]
-    place: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct SeenBody {
+    /// `(sub, place)` of admitted people seen polling.
+    seen: Vec<(String, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -534,22 +538,23 @@ impl QueueShard {
                 Ok(json!({"ok": true}))
             }
             (Method::Post, "/seen") => {
-                let b: TurnBody = req.json().await.map_err(bad)?;
-                let place = b
-                    .place
-                    .ok_or_else(|| ApiError::new(400, "bad_request", "place"))?;
-                self.sql()
-                    .exec(
-                        "INSERT INTO turns (sub, place, seen_ms) VALUES (?, ?, ?)
-                         ON CONFLICT(sub) DO UPDATE SET place = excluded.place,
-                             seen_ms = excluded.seen_ms, reported = 0",
-                        Some(vec![
-                            b.sub.as_str().into(),
-                            (place as f64).into(),
-                            (now_ms() as f64).into(),
-                        ]),
-                    )
-                    .map_err(sql_err)?;
+                // A batch of admitted people seen by one isolate.
+                let b: SeenBody = req.json().await.map_err(bad)?;
+                let now = now_ms();
+                for (sub, place) in b.seen.iter().take(1_000) {
+                    self.sql()
+                        .exec(
+                            "INSERT INTO turns (sub, place, seen_ms) VALUES (?, ?, ?)
+                             ON CONFLICT(sub) DO UPDATE SET place = excluded.place,
+                                 seen_ms = excluded.seen_ms, reported = 0",
+                            Some(vec![
+                                sub.as_str().into(),
+                                (*place as f64).into(),
+                                (now as f64).into(),
+                            ]),
+                        )
+                        .map_err(sql_err)?;
+                }
                 Ok(json!({"ok": true}))
             }
             (Method::Post, "/held") => {

@@ -66,13 +66,23 @@ thread_local! {
     /// `sale/sub` → when this isolate last told the shard the admitted
     /// person was seen.
     static SEEN: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    /// `sale/shard` → (last sent, pending (sub, place)) of seen reports.
+    static SEEN_BATCH: RefCell<HashMap<String, SeenBatch>> = RefCell::new(HashMap::new());
     /// Pieces being fetched by a request of this isolate (single flight).
     static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
 
+/// When a shard's seen reports were last sent, and those pending:
+/// `(sub, place)`.
+type SeenBatch = (u64, Vec<(String, u64)>);
+
 /// An admitted person's polls are told to their shard at most this often
 /// per isolate (they poll every ~10 s; the turn is lost after 30 s unseen).
 const SEEN_EVERY_MS: u64 = 5_000;
+/// Seen reports go to a shard at most this often per isolate...
+const SEEN_FLUSH_MS: u64 = 2_000;
+/// ...or once this many are pending.
+const SEEN_BATCH_MAX: usize = 500;
 
 /// How long a request waits for another one fetching the same piece.
 const PIECE_WAIT_MS: u64 = 3_000;
@@ -469,9 +479,13 @@ async fn place_of_ticket(
     }
 }
 
-/// Tells the account's shard an admitted person was seen (at most every
-/// [`SEEN_EVERY_MS`] per isolate); best effort: a lost one is made up by
-/// the next poll (~10 s later, inside the 30 s).
+/// Tells the account's shard an admitted person was seen: at most once per
+/// [`SEEN_EVERY_MS`] per person and isolate, in batches of one call per
+/// shard per [`SEEN_FLUSH_MS`] (sent by the admitted poll that finds the
+/// batch due), so admitted people's polls cost their shard a write per
+/// batch, not per poll. Best effort: a lost report is made up by the next
+/// poll (~10 s later, inside the 30 s); a late one only keeps a turn open
+/// longer.
 async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
     let key = format!("{sale}/{sub}");
     let now = now_ms();
@@ -483,12 +497,24 @@ async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
     if fresh {
         return;
     }
-    let body = json!({"sub": sub, "place": place});
-    if call_shard(env, sale, shard, Method::Post, "/seen", Some(&body))
-        .await
-        .is_ok()
-    {
-        SEEN.with(|m| bounded(&mut m.borrow_mut(), MAX_JOINED, key, now));
+    SEEN.with(|m| bounded(&mut m.borrow_mut(), MAX_JOINED, key, now));
+    let batch_key = format!("{sale}/{shard}");
+    let due = SEEN_BATCH.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MAX_SALES && !m.contains_key(&batch_key) {
+            m.clear();
+        }
+        let (flushed, pending) = m.entry(batch_key).or_insert((0, Vec::new()));
+        pending.push((sub.to_string(), place));
+        let due = now.saturating_sub(*flushed) >= SEEN_FLUSH_MS || pending.len() >= SEEN_BATCH_MAX;
+        due.then(|| {
+            *flushed = now;
+            std::mem::take(pending)
+        })
+    });
+    if let Some(batch) = due {
+        let body = json!({ "seen": batch });
+        let _ = call_shard(env, sale, shard, Method::Post, "/seen", Some(&body)).await;
     }
 }
 
