@@ -13,8 +13,10 @@
 //!   so an object serves each piece about once per cache; the place goes
 //!   into a re-minted ticket.
 //!
-//! Invariants kept here: no poll writes to an object; isolate memory is
-//! only a cache; a piece is cached for good only once it is immutable (the
+//! Invariants kept here: no poll writes to an object, except that an
+//! admitted person's polls are reported to their shard (batched: one call
+//! per shard per 2 s per isolate; issue 13's abandoned turns); isolate
+//! memory is only a cache; a piece is cached for good only once it is immutable (the
 //! draw is done, the second is complete).
 
 use std::cell::RefCell;
