@@ -443,3 +443,32 @@ test('a fresh isolate takes the snapshot another one fetched (Cache API), not th
   const allowed = 1 + Math.ceil(elapsed / 2500);
   assert.ok(calls <= allowed, `${calls} object calls for ${ROUNDS} fresh isolates in ${elapsed} ms (allowed ${allowed})`);
 });
+
+test('first polls of people who arrived in the same seconds cost one object call per second, not one per poll', async () => {
+  const summary = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue;
+  const M = 40;
+  const late = Array.from({ length: M }, (_, i) => `fp-${i}-${rid()}`);
+  const tickets = await pool(late, 8, async (a) =>
+    (await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(a) })).body.ticket);
+  const stamps = tickets.map((t) => decode(t).tkt.t_ms);
+  assert.ok(stamps.every(Number.isInteger), 'every late joiner is stamped');
+  const seconds = new Set(stamps.map((t) => Math.floor(t / 1000))).size;
+  const last = Math.max(...stamps);
+  // Every shard has reported the seconds they arrived in.
+  assert.ok(await until(30_000, async () => (await summary()).places_final_through_ms > last, 250),
+    'the late joiners\' seconds are never complete');
+  await sleep(1100);
+  const before = (await summary()).do_requests; // a fresh count, shared in the cache
+  // A fresh isolate: no second's list in memory; all first polls at once.
+  assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+  const places = await pool(tickets, M, async (t) => {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: t });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.place;
+  });
+  await sleep(1100);
+  const calls = (await summary()).do_requests - before; // includes this summary's refresh
+  assert.ok(places.every((p) => Number.isInteger(p) && p > 0), `places ${places}`);
+  assert.equal(new Set(places).size, M, 'places are distinct');
+  assert.ok(calls <= seconds + 2, `${calls} object calls for ${M} first polls over ${seconds} arrival seconds`);
+});

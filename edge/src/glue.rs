@@ -415,6 +415,8 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             "waiting": s.placed.saturating_sub(s.frontier),
             "drawn": s.drawn,
             "admission_rate": s.rate,
+            // Places of people who arrived before this (unix ms) are final.
+            "places_final_through_ms": s.fifo_through_ms,
             "do_requests": s.do_requests,
         });
         body["draw"] = json!({

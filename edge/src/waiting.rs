@@ -541,13 +541,22 @@ async fn prequeue_place(
 async fn fifo_place(env: &Env, sale: &str, me: Arrival) -> Option<u64> {
     let second = me.t_ms / 1000;
     let id = format!("{sale}/s/{second}");
+    await_piece(&id, || SECONDS.with(|m| m.borrow().contains_key(&id))).await;
     let sec = match SECONDS.with(|m| m.borrow().get(&id).cloned()) {
         Some(s) => s,
         None => {
             let path = format!("/arrivals?s={second}");
-            let v = call_coordinator(env, sale, Method::Get, &path, None)
-                .await
-                .ok()?;
+            // Only a complete second is immutable: an incomplete one is an
+            // error to `immutable`, so it is neither cached nor answered.
+            let load = async {
+                let v = call_coordinator(env, sale, Method::Get, &path, None).await?;
+                if v["arrivals"]["complete"].as_bool() == Some(true) {
+                    Ok(v)
+                } else {
+                    Err(ApiError::new(503, "queue_error", "second not complete"))
+                }
+            };
+            let v = immutable(&id, load).await?;
             let mut s: SecondArrivals = serde_json::from_value(v["arrivals"].clone()).ok()?;
             if !s.complete {
                 return None;
