@@ -260,6 +260,41 @@ test('every state from sign-in to paid, both languages, two widths, axe-clean, u
     assert.ok(total < 50 * 1024, `page weight ${total} bytes`);
   });
 
+test('an expired hold says so and brings Reserve back; the next attempt uses a new Idempotency-Key and holds again',
+  { skip }, async (t) => {
+    const SALE = `e2e-exp-${rid()}`;
+    const NAME = 'Expiring hold';
+    createSale({
+      sale: SALE, name: NAME, units: 1, 'per-user-limit': 1, shards: 1, 'starts-at': 'now',
+      'admission-rate': 5, 'hold-seconds': 3,
+    });
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      const a = await open(browser, { width: 1000, saleId: SALE, saleName: NAME }, problems, 'A');
+      const reserveKeys = () => a.requests
+        .filter((r) => r.method === 'POST' && r.url.endsWith(`/api/sales/${SALE}/reservations`))
+        .map((r) => r.headers['idempotency-key']);
+      await signInByName(a, `eve-${rid()}`);
+      await waitText(a, "It's your turn", 45_000);
+      await a.getByRole('button', { name: 'Reserve' }).click();
+      await waitText(a, 'Reserved — complete your payment', 15_000);
+      // Nobody pays: the 3 s hold runs out and the page learns it.
+      await waitText(a, 'Your hold expired and the units went back on sale.', 30_000);
+      await a.getByRole('button', { name: 'Reserve' }).waitFor({ state: 'visible', timeout: 15_000 });
+      await states(a, '4c-expired', 'Your hold expired', 'Thời gian giữ hàng đã hết');
+      await a.getByRole('button', { name: 'Reserve' }).click();
+      await waitText(a, 'Reserved — complete your payment', 15_000);
+      const keys = reserveKeys();
+      assert.equal(keys.length, 2, `two reservation attempts: ${keys}`);
+      assert.ok(keys[0] && keys[1] && keys[0] !== keys[1], `a new Idempotency-Key after expiry: ${keys}`);
+    } finally {
+      await browser.close();
+      t.diagnostic(`axe-core: ${JSON.stringify(Object.fromEntries(Object.entries(AXE).filter(([k]) => k.startsWith('4c')).map(([k, v]) => [k, `${v.violations.length} violations, ${v.passes} rules passed`])))}`);
+    }
+    assert.deepEqual(problems, [], 'no CSP violation, console error, failed or external request');
+  });
+
 test('a tab hidden before its turn keeps polling at the advised pace, is admitted while hidden (title, notification, focus), and reaches Reserve; the live region speaks only on changes',
   { skip }, async () => {
     const SALE = `e2e-hide-${rid()}`;
