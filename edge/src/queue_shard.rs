@@ -122,8 +122,8 @@ struct TurnBody {
 
 #[derive(Deserialize)]
 struct SeenBody {
-    /// `(sub, place)` of admitted people seen polling.
-    seen: Vec<(String, u64)>,
+    /// `(sub, place, ms)` of admitted people seen polling, and when.
+    seen: Vec<(String, u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -541,16 +541,18 @@ impl QueueShard {
                 // A batch of admitted people seen by one isolate.
                 let b: SeenBody = req.json().await.map_err(bad)?;
                 let now = now_ms();
-                for (sub, place) in b.seen.iter().take(1_000) {
+                for (sub, place, at) in b.seen.iter().take(1_000) {
+                    // When the poll was (never later than now).
+                    let seen_ms = (*at).min(now);
                     self.sql()
                         .exec(
                             "INSERT INTO turns (sub, place, seen_ms) VALUES (?, ?, ?)
                              ON CONFLICT(sub) DO UPDATE SET place = excluded.place,
-                                 seen_ms = excluded.seen_ms, reported = 0",
+                                 seen_ms = MAX(seen_ms, excluded.seen_ms), reported = 0",
                             Some(vec![
                                 sub.as_str().into(),
                                 (*place as f64).into(),
-                                (now as f64).into(),
+                                (seen_ms as f64).into(),
                             ]),
                         )
                         .map_err(sql_err)?;

@@ -70,20 +70,27 @@ thread_local! {
     /// `sale/sub` → when this isolate last told the shard the admitted
     /// person was seen.
     static SEEN: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
-    /// `sale/shard` → (last sent, pending (sub, place)) of seen reports.
+    /// `sale/shard` → seen reports not yet sent.
     static SEEN_BATCH: RefCell<HashMap<String, SeenBatch>> = RefCell::new(HashMap::new());
     /// Pieces being fetched by a request of this isolate (single flight).
     static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
 }
 
-/// When a shard's seen reports were last sent, and those pending:
-/// `(sub, place)`.
-type SeenBatch = (u64, Vec<(String, u64)>);
+/// One seen report: `(sub, place, seen ms)`.
+type SeenReport = (String, u64, u64);
+
+/// Seen reports waiting for one shard, since `started`.
+struct SeenBatch {
+    sale: String,
+    shard: u32,
+    started: u64,
+    pending: Vec<SeenReport>,
+}
 
 /// An admitted person's polls are told to their shard at most this often
 /// per isolate (they poll every ~10 s; the turn is lost after 30 s unseen).
 const SEEN_EVERY_MS: u64 = 5_000;
-/// Seen reports go to a shard at most this often per isolate...
+/// A shard's seen reports wait this long for company...
 const SEEN_FLUSH_MS: u64 = 2_000;
 /// ...or once this many are pending.
 const SEEN_BATCH_MAX: usize = 500;
@@ -428,6 +435,7 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
         .map_err(ApiError::token)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
+    flush_seen(env, sale).await;
     let after_start = tkt.t_ms.is_some();
     if let Some(p) = tkt.place {
         let body = status_body(
@@ -521,13 +529,14 @@ async fn place_of_ticket(
     }
 }
 
-/// Tells the account's shard an admitted person was seen: at most once per
-/// [`SEEN_EVERY_MS`] per person and isolate, in batches of one call per
-/// shard per [`SEEN_FLUSH_MS`] (sent by the admitted poll that finds the
-/// batch due), so admitted people's polls cost their shard a write per
-/// batch, not per poll. Best effort: a lost report is made up by the next
-/// poll (~10 s later, inside the 30 s); a late one only keeps a turn open
-/// longer.
+/// Tells the account's shard an admitted person was seen (at their poll's
+/// time): at most once per [`SEEN_EVERY_MS`] per person and isolate, in
+/// batches of one call per shard per [`SEEN_FLUSH_MS`] — a batch starts
+/// when its first report comes and is sent by the first poll of the sale
+/// (any poll) that finds it due — so admitted people's polls cost their
+/// shard a write per batch, not per poll, and a fresh isolate none at once.
+/// Best effort: a lost report is made up by the next poll (~10 s later,
+/// inside the 30 s).
 async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
     let key = format!("{sale}/{sub}");
     let now = now_ms();
@@ -540,21 +549,42 @@ async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
         return;
     }
     SEEN.with(|m| bounded(&mut m.borrow_mut(), MAX_JOINED, key, now));
-    let batch_key = format!("{sale}/{shard}");
-    let due = SEEN_BATCH.with(|m| {
+    SEEN_BATCH.with(|m| {
         let mut m = m.borrow_mut();
+        let batch_key = format!("{sale}/{shard}");
         if m.len() >= MAX_SALES && !m.contains_key(&batch_key) {
             m.clear();
         }
-        let (flushed, pending) = m.entry(batch_key).or_insert((0, Vec::new()));
-        pending.push((sub.to_string(), place));
-        let due = now.saturating_sub(*flushed) >= SEEN_FLUSH_MS || pending.len() >= SEEN_BATCH_MAX;
-        due.then(|| {
-            *flushed = now;
-            std::mem::take(pending)
-        })
+        let b = m.entry(batch_key).or_insert_with(|| SeenBatch {
+            sale: sale.to_string(),
+            shard,
+            started: now,
+            pending: Vec::new(),
+        });
+        if b.pending.is_empty() {
+            b.started = now;
+        }
+        b.pending.push((sub.to_string(), place, now));
     });
-    if let Some(batch) = due {
+    flush_seen(env, sale).await;
+}
+
+/// Sends this sale's seen batches that are due (see [`seen`]).
+async fn flush_seen(env: &Env, sale: &str) {
+    let now = now_ms();
+    let due: Vec<(u32, Vec<SeenReport>)> = SEEN_BATCH.with(|m| {
+        m.borrow_mut()
+            .values_mut()
+            .filter(|b| {
+                b.sale == sale
+                    && !b.pending.is_empty()
+                    && (now.saturating_sub(b.started) >= SEEN_FLUSH_MS
+                        || b.pending.len() >= SEEN_BATCH_MAX)
+            })
+            .map(|b| (b.shard, std::mem::take(&mut b.pending)))
+            .collect()
+    });
+    for (shard, batch) in due {
         let body = json!({ "seen": batch });
         let _ = call_shard(env, sale, shard, Method::Post, "/seen", Some(&body)).await;
     }
