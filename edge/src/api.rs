@@ -23,6 +23,8 @@ pub enum Route {
     Summary(String),
     Join(String),
     Status(String),
+    /// A proof-of-work challenge for a join (`GET …/challenge`).
+    Challenge(String),
     Draw(String),
     Reserve(String),
     ReservationGet(String),
@@ -98,6 +100,7 @@ pub fn route(method: &str, path: &str) -> Route {
             _ => Route::MethodNotAllowed,
         },
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
+        ["api", "sales", s, "challenge"] => want("GET", id(s, Route::Challenge)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
         ["api", "reservations", r] => match method {
             "GET" | "HEAD" => rid(r, Route::ReservationGet),
@@ -248,6 +251,15 @@ mod tests {
             Route::ReservationPurchase("r1".into())
         );
         assert_eq!(route("GET", "/sales/drop-1"), Route::Page("drop-1".into()));
+        assert_eq!(
+            route("GET", "/api/sales/drop-1/challenge"),
+            Route::Challenge("drop-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/drop-1/challenge"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route("GET", "/api/sales/a.b/challenge"), Route::NotFound);
         let id = "drop-1.0.0190f0a1b2c34d5e6f708192a3b4c5d6";
         assert_eq!(
             route("GET", &format!("/api/reservations/{id}")),

@@ -5,7 +5,7 @@
 //! sale summary and the sold-out flag, and forwards admitted requests to
 //! the origin.
 //!
-//! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`],
+//! Layout: the pure modules ([`api`], [`botcheck`], [`config`], [`control`], [`draw`],
 //! [`frontier`], [`limit`], [`places`], [`queue`], [`shard_draw`],
 //! [`shards`], [`trace`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
@@ -14,6 +14,7 @@
 //! panic.
 
 pub mod api;
+pub mod botcheck;
 pub mod config;
 pub mod control;
 pub mod draw;

@@ -32,6 +32,7 @@ use worker::{
 };
 
 use crate::api::{self, ApiError};
+use crate::botcheck;
 use crate::draw;
 use crate::glue::{now_ms, ring};
 use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
@@ -104,6 +105,15 @@ struct JoinBody {
     /// When the join reached the edge (believed within bounds).
     #[serde(default)]
     arrival_ms: Option<u64>,
+    /// The issue stamp of the proof-of-work challenge the Worker verified
+    /// for this join (bot-checked sales only).
+    #[serde(default)]
+    bot_iat_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct IatRow {
+    iat_ms: f64,
 }
 
 #[derive(Deserialize)]
@@ -200,6 +210,9 @@ impl QueueShard {
             "CREATE INDEX IF NOT EXISTS entries_value ON entries (value) WHERE value IS NOT NULL",
             "CREATE INDEX IF NOT EXISTS entries_arrival ON entries (t_ms) WHERE prequeue = 0",
             "CREATE TABLE IF NOT EXISTS buckets (j INTEGER PRIMARY KEY, vals TEXT NOT NULL)",
+            // Per account, the issue stamp of the newest challenge it
+            // joined with (see `spend_challenge`).
+            "CREATE TABLE IF NOT EXISTS challenges (sub TEXT PRIMARY KEY, iat_ms INTEGER NOT NULL)",
         ] {
             sql.exec(q, None).map_err(sql_err)?;
         }
@@ -302,6 +315,9 @@ impl QueueShard {
             return Err(ApiError::new(400, "bad_request", "sub missing"));
         }
         self.configure(sale, b.shard, b.shards, b.starts_at_ms, b.ends_at_ms)?;
+        if let Some(iat) = b.bot_iat_ms {
+            self.spend_challenge(&sub, iat)?;
+        }
         let existing = self
             .sql()
             .exec(
@@ -365,6 +381,38 @@ impl QueueShard {
             self.alarm_by(now - now % 1000 + 1_100).await?;
         }
         Ok(json!({"ticket": ticket, "prequeue": pre}))
+    }
+
+    /// Spends a proof-of-work challenge of `sub` issued at `iat_ms` (the
+    /// Worker verified it): refused as `challenge_reused` unless newer than
+    /// the last one this account joined with. A challenge names its account
+    /// and every account lives on one shard, so one stamp per account here
+    /// remembers all its used challenges, for as long as the entry lives;
+    /// the cost is one indexed read and one row write per bot-checked join,
+    /// in the request that writes the entry anyway. (A challenge issued
+    /// earlier than one already used is refused too: the page fetches a
+    /// fresh one for every join.)
+    fn spend_challenge(&self, sub: &str, iat_ms: u64) -> ApiResult<()> {
+        let sql = self.sql();
+        let last = sql
+            .exec(
+                "SELECT iat_ms FROM challenges WHERE sub = ?",
+                Some(vec![sub.into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<IatRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .next();
+        if last.is_some_and(|r| r.iat_ms as u64 >= iat_ms) {
+            return Err(botcheck::Refusal::Reused.error());
+        }
+        sql.exec(
+            "INSERT OR REPLACE INTO challenges (sub, iat_ms) VALUES (?, ?)",
+            Some(vec![sub.into(), (iat_ms as f64).into()]),
+        )
+        .map_err(sql_err)?;
+        Ok(())
     }
 
     /// DEV_MODE hook (the Worker checks the mode): synthetic pre-queue

@@ -27,6 +27,7 @@ use token::{Claims, Expect, TicketData, TokenType};
 use worker::{Cache, Env, Method, Request, Response, js_sys};
 
 use crate::api::ApiError;
+use crate::botcheck::{self, BotCheck, CHALLENGE_TTL_MS};
 use crate::draw;
 use crate::glue::{
     bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
@@ -82,6 +83,9 @@ struct SaleCfg {
     shards: u32,
     starts_at_ms: u64,
     ends_at_ms: Option<u64>,
+    /// What a join must bring (absent from an older origin's summary:
+    /// none).
+    bot_check: BotCheck,
 }
 
 fn parse_ms(v: &Value) -> Option<u64> {
@@ -103,10 +107,19 @@ async fn sale_cfg(env: &Env, sale: &str) -> ApiResult<SaleCfg> {
     };
     let starts_at_ms = parse_ms(&v["starts_at"])
         .ok_or_else(|| ApiError::new(502, "origin_error", "sale has no starts_at"))?;
+    // A setting this edge does not know is refused, not guessed: joins
+    // would otherwise pass a check the shop asked for.
+    let bot_check = match v["bot_check"].as_str() {
+        None => BotCheck::None,
+        Some(text) => BotCheck::parse(text).ok_or_else(|| {
+            ApiError::new(502, "origin_error", format!("unknown bot_check {text:?}"))
+        })?,
+    };
     Ok(SaleCfg {
         shards: shards::clamp_shards(v["queue"]["shards"].as_u64().unwrap_or(1)),
         starts_at_ms,
         ends_at_ms: parse_ms(&v["ends_at"]),
+        bot_check,
     })
 }
 
@@ -245,33 +258,118 @@ struct Joined {
     ticket: String,
 }
 
-pub(crate) async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+/// `GET /api/sales/{sale}/challenge` (user token): what the sale's bot
+/// check asks of this account's join — a signed proof-of-work challenge
+/// (`botcheck::issue`), the Turnstile site key, or nothing. No object is
+/// called. In dev mode `?ttl_ms=` shortens the challenge's life (the e2e
+/// test of an expired challenge).
+pub(crate) async fn challenge(
+    env: &Env,
+    req: &Request,
+    sale: &str,
+    dev_mode: bool,
+) -> ApiResult<Response> {
+    let now = now_ms();
+    let token = bearer_of(req)?;
+    let claims = ring(env, "USER_TOKEN_KEYS")?
+        .verify_user(&token, now / 1000)
+        .map_err(ApiError::token)?;
+    let cfg = sale_cfg(env, sale).await?;
+    let body = match cfg.bot_check {
+        BotCheck::None => json!({"kind": "none"}),
+        BotCheck::Turnstile => json!({
+            "kind": "turnstile",
+            "site_key": env.var("TURNSTILE_SITE_KEY").map(|v| v.to_string()).ok(),
+        }),
+        BotCheck::Pow(bits) => {
+            let url = req.url().map_err(internal)?;
+            let ttl = query(&url, "ttl_ms")
+                .filter(|_| dev_mode)
+                .and_then(|t| t.parse::<u64>().ok())
+                .map_or(CHALLENGE_TTL_MS, |t| t.clamp(1, CHALLENGE_TTL_MS));
+            let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
+            let (c, content) = botcheck::issue(
+                &keys,
+                &claims.sub,
+                sale,
+                bits,
+                now,
+                ttl,
+                token::random_jti(),
+            );
+            json!({
+                "kind": "pow",
+                "challenge": c,
+                "difficulty": bits,
+                "expires_at": content.exp_ms / 1000,
+                "expires_at_ms": content.exp_ms,
+            })
+        }
+    };
+    reply(&body)
+}
+
+/// The bot check of a join, before any object call: `Some(iat_ms)` of the
+/// proof-of-work challenge it solved (its shard refuses one not newer than
+/// the last it accepted for the account), `None` when the sale asks for
+/// nothing.
+async fn check_bot(
+    env: &Env,
+    req: &mut Request,
+    sale: &str,
+    sub: &str,
+    check: BotCheck,
+    now: u64,
+) -> ApiResult<Option<u64>> {
+    let bits = match check {
+        BotCheck::None => return Ok(None),
+        BotCheck::Pow(bits) => bits,
+        BotCheck::Turnstile => {
+            return Err(ApiError::new(
+                503,
+                "bot_check_unavailable",
+                "this edge cannot verify Turnstile tokens yet",
+            ));
+        }
+    };
+    let body = req.bytes().await.unwrap_or_default();
+    let proof = botcheck::parse_body(&body).map_err(botcheck::Refusal::error)?;
+    let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let c =
+        botcheck::verify(&keys, &proof, sub, sale, bits, now).map_err(botcheck::Refusal::error)?;
+    Ok(Some(c.iat_ms))
+}
+
+pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     // The press is judged by when it reached the edge (the shard stamps it
     // with this, see `queue::arrival_ms`), not after the waits below.
     let now = now_ms();
-    let token = bearer_of(req)?;
+    let token = bearer_of(&req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
     // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
     let claims = users
         .verify_user(&token, now / 1000)
         .map_err(ApiError::token)?;
+    let cfg = sale_cfg(env, sale).await?;
+    let bot_iat_ms = check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await?;
     let key = format!("{sale}/{}", claims.sub);
+    // A bot-checked join always goes to the shard, which spends the
+    // challenge; only unchecked repeats are answered from memory.
     let known = JOINED.with(|m| {
         m.borrow()
             .get(&key)
-            .filter(|(_, exp)| *exp > now / 1000 + 3600)
+            .filter(|(_, exp)| bot_iat_ms.is_none() && *exp > now / 1000 + 3600)
             .map(|(t, _)| t.clone())
     });
     let ticket = match known {
         // A repeated join: the ticket this isolate handed out, no object call.
         Some(t) => t,
         None => {
-            let cfg = sale_cfg(env, sale).await?;
             let k = shards::shard_of(&claims.sub, cfg.shards);
             let body = json!({
                 "sub": claims.sub, "shard": k, "shards": cfg.shards,
                 "starts_at_ms": cfg.starts_at_ms, "ends_at_ms": cfg.ends_at_ms,
-                "arrival_ms": now,
+                "arrival_ms": now, "bot_iat_ms": bot_iat_ms,
             });
             let v = call_shard(env, sale, k, Method::Post, "/join", Some(&body)).await?;
             let j: Joined = serde_json::from_value(v)

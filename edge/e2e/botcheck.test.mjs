@@ -1,0 +1,129 @@
+// The bot check at join end to end (real origin, real `wrangler dev`;
+// DESIGN.md "Bot check at join", issue 19): a sale created with
+// `--bot-check pow:16` refuses a join without a solution, with a wrong
+// nonce, with an expired challenge, with a solution issued to another
+// account and a solution used twice, each with its own code and without
+// creating an entry; a solved join gets its ticket. The solver here is
+// node's own SHA-256 (independent of the edge's Rust).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { EDGE, call, createSale, pool, rid, sleep, userToken, until } from './lib.mjs';
+
+const SALE = `e2e-bot-${rid()}`;
+const BITS = 16;
+
+/** Leading zero bits of SHA-256(challenge ":" nonce). */
+function zeroBits(challenge, nonce) {
+  const h = createHash('sha256').update(`${challenge}:${nonce}`).digest();
+  let n = 0;
+  for (const b of h) {
+    if (b === 0) { n += 8; continue; }
+    return n + Math.clz32(b) - 24;
+  }
+  return n;
+}
+
+/** The first nonce from 0 that solves `challenge` at `bits`. */
+function solve(challenge, bits) {
+  for (let n = 0; ; n++) if (zeroBits(challenge, n) >= bits) return String(n);
+}
+
+/** A nonce that does not solve it. */
+function wrongNonce(challenge, bits) {
+  for (let n = 0; ; n++) if (zeroBits(challenge, n) < bits) return String(n);
+}
+
+const join = (token, body) => call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token, body });
+const getChallenge = (token, q = '') => call('GET', `${EDGE}/api/sales/${SALE}/challenge${q}`, { token });
+
+async function solved(token, q) {
+  const c = await getChallenge(token, q);
+  assert.equal(c.status, 200, JSON.stringify(c.body));
+  return { challenge: c.body.challenge, nonce: solve(c.body.challenge, c.body.difficulty) };
+}
+
+function refused(r, status, code) {
+  assert.equal(r.status, status, JSON.stringify(r.body));
+  assert.equal(r.body.error.code, code, JSON.stringify(r.body));
+  assert.equal(typeof r.body.error.message, 'string');
+}
+
+test('a proof-of-work sale: every refusal has its code, a solved join is accepted, nothing else joins', async () => {
+  createSale({
+    sale: SALE, name: 'Bot check', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'bot-check': `pow:${BITS}`,
+  });
+  const summary = await call('GET', `${EDGE}/api/sales/${SALE}`);
+  assert.equal(summary.body.bot_check, `pow:${BITS}`);
+
+  const alice = userToken(`alice-${rid()}`);
+  const bob = userToken(`bob-${rid()}`);
+
+  // The challenge: user token required; opaque, signed, this sale's difficulty.
+  refused(await getChallenge(undefined), 401, 'token_missing');
+  const c = await getChallenge(alice);
+  assert.equal(c.status, 200);
+  assert.equal(c.body.kind, 'pow');
+  assert.equal(c.body.difficulty, BITS);
+  assert.ok(c.body.expires_at * 1000 > Date.now() + 60_000, 'valid for minutes');
+  assert.ok(c.body.expires_at * 1000 <= Date.now() + 301_000);
+  assert.match(c.body.challenge, /^c1\./);
+
+  // No solution, then malformed ones.
+  refused(await join(alice), 403, 'bot_check_required');
+  refused(await join(alice, { challenge: c.body.challenge }), 403, 'bot_check_required');
+  refused(await join(alice, '{"challenge":'), 400, 'malformed_json');
+  refused(await join(alice, { challenge: c.body.challenge, nonce: 'abc' }), 400, 'bad_nonce');
+  refused(await join(alice, { challenge: `${c.body.challenge}x`, nonce: '1' }), 403, 'challenge_invalid');
+  // A wrong nonce.
+  refused(await join(alice, { challenge: c.body.challenge, nonce: wrongNonce(c.body.challenge, BITS) }),
+    403, 'bot_check_failed');
+  // An expired challenge (dev mode shortens its life to 1 ms).
+  const short = await solved(alice, '?ttl_ms=1');
+  await sleep(5);
+  refused(await join(alice, short), 403, 'challenge_expired');
+  // Alice's solution in Bob's join.
+  const sol = await solved(alice);
+  refused(await join(bob, sol), 403, 'challenge_reused');
+
+  // Alice's own solved join is accepted...
+  const ok = await join(alice, sol);
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  assert.equal(ok.body.status, 'prequeue');
+  assert.ok(ok.body.ticket);
+  // ...once: the same solution again is a replay.
+  refused(await join(alice, sol), 403, 'challenge_reused');
+  // A fresh solution is an ordinary repeated join: the same place.
+  const again = await join(alice, await solved(alice));
+  assert.equal(again.status, 200, JSON.stringify(again.body));
+  const seq = (t) => JSON.parse(Buffer.from(t.split('.')[2], 'base64url')).tkt.seq;
+  assert.equal(seq(again.body.ticket), seq(ok.body.ticket));
+
+  // Bob's refused joins created nothing: the queue holds Alice only.
+  const entries = await until(8000, async () => {
+    const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+    return s.body.queue && s.body.queue.entries >= 1 ? s.body.queue.entries : null;
+  });
+  assert.equal(entries, 1);
+  // Bob with his own solution joins, and the count sees him.
+  const b = await join(bob, await solved(bob));
+  assert.equal(b.status, 200, JSON.stringify(b.body));
+  const both = await until(8000, async () => {
+    const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
+    return s.body.queue.entries === 2 ? 2 : null;
+  });
+  assert.equal(both, 2);
+});
+
+test('a sale without a bot check joins without a body, and its challenge asks for nothing', async () => {
+  const sale = `e2e-nobot-${rid()}`;
+  createSale({ sale, name: 'No check', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(Date.now() + 3_600_000).toISOString() });
+  const u = userToken(`carol-${rid()}`);
+  const c = await call('GET', `${EDGE}/api/sales/${sale}/challenge`, { token: u });
+  assert.equal(c.status, 200);
+  assert.equal(c.body.kind, 'none');
+  const j = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: u });
+  assert.equal(j.status, 200, JSON.stringify(j.body));
+});
