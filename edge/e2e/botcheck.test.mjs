@@ -4,14 +4,21 @@
 // nonce, with an expired challenge, with a solution issued to another
 // account and a solution used twice, each with its own code and without
 // creating an entry; a solved join gets its ticket. The solver here is
-// node's own SHA-256 (independent of the edge's Rust).
+// node's own SHA-256 (independent of the edge's Rust). The queue page
+// solves in headless Chromium and joins.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { EDGE, call, createSale, pool, rid, sleep, userToken, until } from './lib.mjs';
+import { existsSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+import { EDGE, call, createSale, rid, skipUnless, sleep, userToken, until } from './lib.mjs';
 
 const SALE = `e2e-bot-${rid()}`;
 const BITS = 16;
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync', '--no-first-run'];
+const pageSkip = skipUnless(existsSync(CHROMIUM), `${CHROMIUM} missing (scripts/setup installs it)`);
 
 /** Leading zero bits of SHA-256(challenge ":" nonce). */
 function zeroBits(challenge, nonce) {
@@ -126,4 +133,56 @@ test('a sale without a bot check joins without a body, and its challenge asks fo
   assert.equal(c.body.kind, 'none');
   const j = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: u });
   assert.equal(j.status, 200, JSON.stringify(j.body));
+});
+
+test('the queue page solves the challenge in a Web Worker (progress shown) and joins, under its CSP', { skip: pageSkip }, async () => {
+  const sale = `e2e-botpage-${rid()}`;
+  const name = 'Bot check page';
+  createSale({ sale, name, units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'bot-check': `pow:${BITS}` });
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+  const problems = [];
+  try {
+    const ctx = await browser.newContext({ locale: 'en-US' });
+    await ctx.addInitScript(() => {
+      document.addEventListener('securitypolicyviolation', (e) => {
+        console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`);
+      });
+      // What the person saw of the check: the section shown, the bar's values.
+      window.__pow = { shown: false, values: [] };
+      document.addEventListener('DOMContentLoaded', () => {
+        const box = document.getElementById('pow');
+        const bar = document.getElementById('pow-bar');
+        new MutationObserver(() => {
+          if (!box.hidden) window.__pow.shown = true;
+          window.__pow.values.push(bar.value);
+        }).observe(box, { attributes: true, subtree: true });
+      });
+    });
+    const page = await ctx.newPage();
+    page.on('console', (m) => { if (m.type() === 'error') problems.push(`console: ${m.text()}`); });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    const joins = [];
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && r.url().endsWith(`/api/sales/${sale}/queue`)) joins.push(r.postData());
+    });
+    const account = `page-${rid()}`;
+    await page.goto(`${EDGE}/sales/${sale}#token=${userToken(account)}`);
+    await page.waitForFunction(() => document.body.innerText.includes('You are in the pre-queue'), null, { timeout: 60_000 });
+    // The check ran first, shown with its bar, which ended full.
+    const seen = await page.evaluate(() => window.__pow);
+    assert.equal(seen.shown, true, 'the bot check section was shown');
+    assert.equal(Math.max(...seen.values), 100, `bar values ${seen.values.slice(-5)}`);
+    assert.equal(joins.length, 1, `one join: ${joins.join(' | ')}`);
+    const body = JSON.parse(joins[0]);
+    assert.match(body.challenge, /^c1\./);
+    assert.ok(zeroBits(body.challenge, body.nonce) >= BITS, 'the page sent a real solution');
+    assert.equal(await page.evaluate(() => document.getElementById('pow').hidden), true, 'bar gone once joined');
+    // Vietnamese text for the check exists (the catalogue has both).
+    await page.selectOption('#lang', 'vi');
+    assert.match(await page.textContent('#pow-text'), /Trình duyệt của bạn/);
+    assert.deepEqual(problems, []);
+  } finally {
+    await browser.close();
+  }
 });
