@@ -5,13 +5,14 @@
 // account and a solution used twice, each with its own code and without
 // creating an entry; a solved join gets its ticket. The solver here is
 // node's own SHA-256 (independent of the edge's Rust). The queue page
-// solves in headless Chromium and joins.
+// solves in headless Chromium and joins. Past a sale's per-address join
+// limit, 1,000 joins get 429 and create nothing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
-import { EDGE, call, createSale, rid, skipUnless, sleep, userToken, until } from './lib.mjs';
+import { EDGE, call, createSale, pool, rid, skipUnless, sleep, userToken, until } from './lib.mjs';
 
 const SALE = `e2e-bot-${rid()}`;
 const BITS = 16;
@@ -185,4 +186,42 @@ test('the queue page solves the challenge in a Web Worker (progress shown) and j
   } finally {
     await browser.close();
   }
+});
+
+test('per-address join limit: past the sale\'s limit, 1,000 joins from one address get 429 + Retry-After and create nothing', async () => {
+  const sale = `e2e-rl-${rid()}`;
+  const LIMIT = 10;
+  createSale({ sale, name: 'Join limit', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'join-limit': LIMIT });
+  const s = await call('GET', `${EDGE}/api/sales/${sale}`);
+  assert.equal(s.body.join_limit, LIMIT);
+  const url = `${EDGE}/api/sales/${sale}/queue`;
+  // The binding counts in wall-clock minutes (as wrangler dev simulates
+  // it): start early in one, so all 1,010 joins fall in the same window.
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < 35_000) await sleep(left + 200);
+  const first = await pool(Array.from({ length: LIMIT }, (_, i) => i), 4, (i) =>
+    call('POST', url, { token: userToken(`rl-ok-${i}-${rid()}`) }));
+  assert.deepEqual(first.map((r) => r.status), Array(LIMIT).fill(200));
+  const t0 = Date.now();
+  const more = await pool(Array.from({ length: 1000 }, (_, i) => i), 16, (i) =>
+    call('POST', url, { token: userToken(`rl-bot-${i}-${rid()}`) }));
+  const took = Date.now() - t0;
+  const codes = {};
+  for (const r of more) codes[`${r.status} ${r.body?.error?.code}`] = (codes[`${r.status} ${r.body?.error?.code}`] || 0) + 1;
+  assert.deepEqual(codes, { '429 too_many_joins': 1000 }, `took ${took} ms`);
+  const ra = Number(more[0].headers.get('retry-after'));
+  assert.ok(ra >= 1 && ra <= 60, `Retry-After ${ra}`);
+  // Nothing was created: the queue holds the first LIMIT joins only.
+  const entries = await until(8000, async () => {
+    const x = await call('GET', `${EDGE}/api/sales/${sale}`);
+    return x.body.queue && x.body.queue.entries >= LIMIT ? x.body.queue.entries : null;
+  });
+  assert.equal(entries, LIMIT);
+  // Another sale is counted apart: the same address joins it.
+  const other = `e2e-rl2-${rid()}`;
+  createSale({ sale: other, name: 'Other', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'join-limit': LIMIT });
+  const o = await call('POST', `${EDGE}/api/sales/${other}/queue`, { token: userToken(`rl-other-${rid()}`) });
+  assert.equal(o.status, 200, JSON.stringify(o.body));
 });

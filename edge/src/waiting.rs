@@ -33,10 +33,13 @@ use crate::glue::{
     bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
     ring, set_sold_out_local, sold_out_local,
 };
+use crate::limit::{self, DEFAULT_JOIN_LIMIT, JOIN_LIMIT_PERIOD_S};
 use crate::objects::{ApiResult, call_object, internal, query};
 use crate::places::{Arrival, SecondArrivals, ShardIndex, is_member, place_of};
 use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
 use crate::shards;
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
 
 /// How long a queue snapshot is reused from isolate memory. Between
 /// refreshes the frontier is extrapolated from its checkpoint and rate
@@ -86,6 +89,8 @@ struct SaleCfg {
     /// What a join must bring (absent from an older origin's summary:
     /// none).
     bot_check: BotCheck,
+    /// Joins per address per minute (0: none).
+    join_limit: u64,
 }
 
 fn parse_ms(v: &Value) -> Option<u64> {
@@ -120,6 +125,7 @@ async fn sale_cfg(env: &Env, sale: &str) -> ApiResult<SaleCfg> {
         starts_at_ms,
         ends_at_ms: parse_ms(&v["ends_at"]),
         bot_check,
+        join_limit: v["join_limit"].as_u64().unwrap_or(DEFAULT_JOIN_LIMIT),
     })
 }
 
@@ -340,6 +346,68 @@ async fn check_bot(
     Ok(Some(c.iat_ms))
 }
 
+/// The sale's per-address join limit, counted across isolates by the
+/// rate-limiting binding of its tier (`limit::join_limit_binding`), keyed
+/// by sale and address (`CF-Connecting-IP`, which Cloudflare sets). The
+/// binding is called through the environment object itself (its `limit`
+/// method), so no wrapper type has to match the runtime's class name. A
+/// binding that fails to answer lets the join through (logged): the limit
+/// is a brake on bots, not worth refusing everyone over.
+async fn limit_joins(env: &Env, req: &Request, sale: &str, per_min: u64) -> ApiResult<()> {
+    if per_min == 0 {
+        return Ok(());
+    }
+    let name = limit::join_limit_binding(per_min).ok_or_else(|| {
+        ApiError::new(
+            502,
+            "origin_error",
+            format!("no join limit binding for {per_min}/min"),
+        )
+    })?;
+    let missing = || {
+        ApiError::new(
+            500,
+            "config_error",
+            format!("rate-limiting binding {name} is missing"),
+        )
+    };
+    let env_js: &JsValue = env.as_ref();
+    let binding = js_sys::Reflect::get(env_js, &name.into()).map_err(|_| missing())?;
+    let limit_fn = js_sys::Reflect::get(&binding, &"limit".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+        .ok_or_else(missing)?;
+    let addr = req.headers().get("cf-connecting-ip").ok().flatten();
+    let opts = js_sys::Object::new();
+    let key = limit::join_limit_key(sale, addr.as_deref());
+    let _ = js_sys::Reflect::set(&opts, &"key".into(), &key.into());
+    let outcome = match limit_fn.call1(&binding, &opts) {
+        Ok(p) => match p.dyn_into::<js_sys::Promise>() {
+            Ok(p) => JsFuture::from(p).await.ok(),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let Some(outcome) = outcome else {
+        worker::console_log!("join limit {name}: the binding did not answer; join let through");
+        return Ok(());
+    };
+    let allowed = js_sys::Reflect::get(&outcome, &"success".into())
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true);
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            429,
+            "too_many_joins",
+            format!("more than {per_min} joins a minute from this address: retry later"),
+        )
+        .retry_after(JOIN_LIMIT_PERIOD_S))
+    }
+}
+
 pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     // The press is judged by when it reached the edge (the shard stamps it
     // with this, see `queue::arrival_ms`), not after the waits below.
@@ -351,6 +419,8 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
         .verify_user(&token, now / 1000)
         .map_err(ApiError::token)?;
     let cfg = sale_cfg(env, sale).await?;
+    // Counted before the bot check: failed solutions count too.
+    limit_joins(env, &req, sale, cfg.join_limit).await?;
     let bot_iat_ms = check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await?;
     let key = format!("{sale}/{}", claims.sub);
     // A bot-checked join always goes to the shard, which spends the
