@@ -10,6 +10,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import { EDGE, call, createSale, pool, rid, skipUnless, sleep, userToken, until } from './lib.mjs';
@@ -224,4 +225,48 @@ test('per-address join limit: past the sale\'s limit, 1,000 joins from one addre
     'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'join-limit': LIMIT });
   const o = await call('POST', `${EDGE}/api/sales/${other}/queue`, { token: userToken(`rl-other-${rid()}`) });
   assert.equal(o.status, 200, JSON.stringify(o.body));
+});
+
+test('a Turnstile sale: the edge asks the configured siteverify (a local stand-in here) and refuses what it refuses', async () => {
+  // Stand-in for Cloudflare's siteverify: tokens "pass-…" pass once, a
+  // second use is `timeout-or-duplicate`, anything else fails.
+  const seen = [];
+  const used = new Set();
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => {
+      const f = new URLSearchParams(body);
+      seen.push({ path: req.url, type: req.headers['content-type'], secret: f.get('secret'), response: f.get('response') });
+      const tok = f.get('response') || '';
+      let out;
+      if (f.get('secret') !== 'e2e-turnstile-secret') out = { success: false, 'error-codes': ['invalid-input-secret'] };
+      else if (tok.startsWith('pass-') && !used.has(tok)) { used.add(tok); out = { success: true, 'error-codes': [] }; }
+      else if (used.has(tok)) out = { success: false, 'error-codes': ['timeout-or-duplicate'] };
+      else out = { success: false, 'error-codes': ['invalid-input-response'] };
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(out));
+    });
+  }).listen(Number(process.env.TURNSTILE_PORT), '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  try {
+    const sale = `e2e-ts-${rid()}`;
+    createSale({ sale, name: 'Turnstile', units: 5, 'per-user-limit': 1, shards: 1,
+      'starts-at': new Date(Date.now() + 3_600_000).toISOString(), 'bot-check': 'turnstile' });
+    const u = userToken(`ts-${rid()}`);
+    const url = `${EDGE}/api/sales/${sale}/queue`;
+    const c = await call('GET', `${EDGE}/api/sales/${sale}/challenge`, { token: u });
+    assert.equal(c.body.kind, 'turnstile');
+    assert.equal(typeof c.body.site_key, 'string');
+    refused(await call('POST', url, { token: u }), 403, 'bot_check_required');
+    refused(await call('POST', url, { token: u, body: { turnstile: 'nope' } }), 403, 'bot_check_failed');
+    const tok = `pass-${rid()}`;
+    const ok = await call('POST', url, { token: u, body: { turnstile: tok } });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    refused(await call('POST', url, { token: u, body: { turnstile: tok } }), 403, 'challenge_reused');
+    assert.equal(seen.length, 3, 'no body, no siteverify call');
+    assert.ok(seen.every((s) => s.path === '/siteverify' && s.secret === 'e2e-turnstile-secret'
+      && s.type === 'application/x-www-form-urlencoded'), JSON.stringify(seen));
+  } finally {
+    server.close();
+  }
 });

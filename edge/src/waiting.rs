@@ -31,7 +31,7 @@ use crate::botcheck::{self, BotCheck, CHALLENGE_TTL_MS};
 use crate::draw;
 use crate::glue::{
     bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
-    ring, set_sold_out_local, sold_out_local,
+    ring, send_with_timeout, set_sold_out_local, sold_out_local,
 };
 use crate::limit::{self, DEFAULT_JOIN_LIMIT, JOIN_LIMIT_PERIOD_S};
 use crate::objects::{ApiResult, call_object, internal, query};
@@ -327,19 +327,15 @@ async fn check_bot(
     check: BotCheck,
     now: u64,
 ) -> ApiResult<Option<u64>> {
-    let bits = match check {
-        BotCheck::None => return Ok(None),
-        BotCheck::Pow(bits) => bits,
-        BotCheck::Turnstile => {
-            return Err(ApiError::new(
-                503,
-                "bot_check_unavailable",
-                "this edge cannot verify Turnstile tokens yet",
-            ));
-        }
-    };
+    if check == BotCheck::None {
+        return Ok(None);
+    }
     let body = req.bytes().await.unwrap_or_default();
     let proof = botcheck::parse_body(&body).map_err(botcheck::Refusal::error)?;
+    let BotCheck::Pow(bits) = check else {
+        turnstile(env, req, &proof).await?;
+        return Ok(None);
+    };
     let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
     let c =
         botcheck::verify(&keys, &proof, sub, sale, bits, now).map_err(botcheck::Refusal::error)?;
@@ -406,6 +402,49 @@ async fn limit_joins(env: &Env, req: &Request, sale: &str, per_min: u64) -> ApiR
         )
         .retry_after(JOIN_LIMIT_PERIOD_S))
     }
+}
+
+/// Verifies a join's Turnstile token against `TURNSTILE_SITEVERIFY_URL`
+/// (Cloudflare's in production) with the secret `TURNSTILE_SECRET_KEY`.
+/// Turnstile tokens are single-use at Cloudflare: a replay comes back as
+/// `timeout-or-duplicate` (`challenge_reused`).
+async fn turnstile(env: &Env, req: &Request, proof: &botcheck::Proof) -> ApiResult<()> {
+    let secret = env
+        .secret("TURNSTILE_SECRET_KEY")
+        .map(|s| s.to_string())
+        .or_else(|_| env.var("TURNSTILE_SECRET_KEY").map(|v| v.to_string()))
+        .map_err(|_| ApiError::new(500, "config_error", "TURNSTILE_SECRET_KEY is not set"))?;
+    let url = env
+        .var("TURNSTILE_SITEVERIFY_URL")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| botcheck::TURNSTILE_SITEVERIFY.to_string());
+    let addr = req.headers().get("cf-connecting-ip").ok().flatten();
+    let form = botcheck::siteverify_form(&secret, proof, addr.as_deref())
+        .map_err(botcheck::Refusal::error)?;
+    let unavailable = || {
+        ApiError::new(
+            503,
+            "bot_check_unavailable",
+            "the bot check cannot be verified right now",
+        )
+        .retry_after(2)
+    };
+    let headers = worker::Headers::new();
+    headers
+        .set("content-type", "application/x-www-form-urlencoded")
+        .map_err(internal)?;
+    let mut init = worker::RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(form.into()));
+    let out = Request::new_with_init(&url, &init)
+        .map_err(|_| ApiError::new(500, "config_error", "TURNSTILE_SITEVERIFY_URL is not a URL"))?;
+    let mut resp = send_with_timeout(worker::Fetch::Request(out), 5_000)
+        .await
+        .map_err(|_| unavailable())?;
+    let body = resp.bytes().await.map_err(|_| unavailable())?;
+    botcheck::read_siteverify(&body)
+        .map_err(|r| r.map_or_else(unavailable, botcheck::Refusal::error))
 }
 
 pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
