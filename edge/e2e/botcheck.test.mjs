@@ -227,7 +227,7 @@ test('per-address join limit: past the sale\'s limit, 1,000 joins from one addre
   assert.equal(o.status, 200, JSON.stringify(o.body));
 });
 
-test('a Turnstile sale: the edge asks the configured siteverify (a local stand-in here) and refuses what it refuses', async () => {
+test('a Turnstile sale: the edge asks the configured siteverify (a local stand-in here) and refuses what it refuses; the page renders the widget under a CSP that allows it and joins', async () => {
   // Stand-in for Cloudflare's siteverify: tokens "pass-…" pass once, a
   // second use is `timeout-or-duplicate`, anything else fails.
   const seen = [];
@@ -266,6 +266,47 @@ test('a Turnstile sale: the edge asks the configured siteverify (a local stand-i
     assert.equal(seen.length, 3, 'no body, no siteverify call');
     assert.ok(seen.every((s) => s.path === '/siteverify' && s.secret === 'e2e-turnstile-secret'
       && s.type === 'application/x-www-form-urlencoded'), JSON.stringify(seen));
+
+    // The page: its CSP lets Cloudflare's widget in for this sale only.
+    const csp = (await fetch(`${EDGE}/sales/${sale}`)).headers.get('content-security-policy');
+    assert.match(csp, /script-src 'self' https:\/\/challenges\.cloudflare\.com/);
+    assert.match(csp, /frame-src https:\/\/challenges\.cloudflare\.com/);
+    const strict = (await fetch(`${EDGE}/sales/${SALE}`)).headers.get('content-security-policy');
+    assert.doesNotMatch(strict, /cloudflare/);
+    if (pageSkip) return;
+    // The widget renders and hands the page a token, which the edge checks
+    // with the stand-in: Cloudflare's script is replaced by a stand-in too
+    // (no network here), served at its real address under the page's CSP.
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      const ctx = await browser.newContext({ locale: 'en-US' });
+      await ctx.addInitScript(() => {
+        document.addEventListener('securitypolicyviolation', (e) => {
+          console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`);
+        });
+      });
+      const widget = [];
+      await ctx.route('https://challenges.cloudflare.com/**', (route) => {
+        widget.push(route.request().url());
+        route.fulfill({ status: 200, contentType: 'text/javascript', body: `window.turnstile = {
+          render(sel, o) { document.querySelector(sel).textContent = 'stand-in widget ' + o.sitekey;
+            setTimeout(() => o.callback('pass-page-' + Math.random().toString(36).slice(2)), 100); return 'w1'; },
+          remove() {} };` });
+      });
+      const page = await ctx.newPage();
+      page.on('console', (m) => { if (m.type() === 'error') problems.push(`console: ${m.text()}`); });
+      page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+      const before = seen.length;
+      await page.goto(`${EDGE}/sales/${sale}#token=${userToken(`ts-page-${rid()}`)}`);
+      await page.waitForFunction(() => document.body.innerText.includes('You are in the pre-queue'), null, { timeout: 30_000 });
+      assert.equal(widget.length, 1, 'the widget script was loaded once');
+      assert.equal(seen.length, before + 1, 'the edge verified the page\'s token');
+      assert.match(seen.at(-1).response, /^pass-page-/);
+      assert.deepEqual(problems, []);
+    } finally {
+      await browser.close();
+    }
   } finally {
     server.close();
   }

@@ -43,6 +43,7 @@
       pow_label: 'Bot check',
       pow_t: 'Your browser is doing a short check that makes joining with many accounts expensive for bots. It needs nothing from you and you join as soon as it is done.',
       pow_retry: 'The check has to be done again ({why}) — starting over.',
+      ts_t: 'Please complete the check below; you join as soon as it passes.',
       bot_check_required: 'this sale asks for a bot check', bot_check_failed: 'the check did not pass',
       challenge_expired: 'it took too long', challenge_reused: 'it was already used',
       too_many_joins: 'Too many people joined from your network just now — trying again in {dur}.',
@@ -112,6 +113,7 @@
       pow_label: 'Kiểm tra chống bot',
       pow_t: 'Trình duyệt của bạn đang thực hiện một bước kiểm tra ngắn khiến việc dùng nhiều tài khoản để xếp hàng trở nên tốn kém đối với bot. Bạn không cần làm gì, và sẽ vào hàng chờ ngay khi kiểm tra xong.',
       pow_retry: 'Cần kiểm tra lại ({why}) — đang bắt đầu lại.',
+      ts_t: 'Vui lòng hoàn tất bước kiểm tra bên dưới; bạn sẽ vào hàng chờ ngay khi kiểm tra đạt.',
       bot_check_required: 'đợt bán này yêu cầu kiểm tra chống bot', bot_check_failed: 'kiểm tra không đạt',
       challenge_expired: 'mất quá nhiều thời gian', challenge_reused: 'mã kiểm tra đã được dùng',
       too_many_joins: 'Có quá nhiều người từ mạng của bạn vừa vào hàng chờ — sẽ thử lại sau {dur}.',
@@ -376,6 +378,40 @@
     }
   }
 
+  // A Turnstile sale: Cloudflare's widget (its script is loaded only for
+  // such sales, whose page CSP allows challenges.cloudflare.com) gives a
+  // token the edge verifies. Answers the join body, or { refused }.
+  const TS_SCRIPT = 'https://challenges.cloudflare.com/turnstile/v0/api.js?render=explicit';
+  let tsLoaded = null;
+  let tsWidget = null;
+  async function turnstileToken() {
+    const c = await api('GET', `/api/sales/${encodeURIComponent(sale)}/challenge`, { token: user });
+    if (c.status !== 200) return { refused: c };
+    if (c.data.kind !== 'turnstile') return { body: undefined };
+    tsLoaded = tsLoaded || new Promise((resolve, reject) => {
+      const el = document.createElement('script');
+      el.src = TS_SCRIPT;
+      el.onload = resolve;
+      el.onerror = reject;
+      document.head.append(el);
+    });
+    await tsLoaded;
+    show('ts', true);
+    try {
+      const token = await new Promise((resolve, reject) => {
+        if (tsWidget != null) window.turnstile.remove(tsWidget);
+        tsWidget = window.turnstile.render('#ts-box', {
+          sitekey: c.data.site_key, language: lang, callback: resolve,
+          'error-callback': () => reject(new Error('turnstile')),
+          'expired-callback': () => reject(new Error('turnstile expired')),
+        });
+      });
+      return { body: { turnstile: token } };
+    } finally {
+      show('ts', false);
+    }
+  }
+
   const RETRY_BOT = ['challenge_expired', 'challenge_reused', 'bot_check_failed', 'bot_check_required'];
   let botRetries = 0;
   async function join() {
@@ -383,7 +419,12 @@
     say('error', '');
     try {
       let body;
-      if (/^pow:/.test((summary && summary.bot_check) || '') || botRetries > 0) {
+      const check = (summary && summary.bot_check) || '';
+      if (check === 'turnstile') {
+        const s = await turnstileToken();
+        if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
+        body = s.body;
+      } else if (/^pow:/.test(check) || botRetries > 0) {
         const s = await solveChallenge();
         if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
         body = s.body;

@@ -294,6 +294,32 @@ pub const TURNSTILE_SITEVERIFY: &str = "https://challenges.cloudflare.com/turnst
 /// Longest Turnstile token sent on (Cloudflare's are up to 2,048 chars).
 pub const MAX_TURNSTILE_LEN: usize = 2048;
 
+/// Where Cloudflare serves the Turnstile widget (script and frame).
+pub const TURNSTILE_ORIGIN: &str = "https://challenges.cloudflare.com";
+
+/// The page's CSP for a Turnstile sale: the strict one with the widget's
+/// origin added to `script-src` and `frame-src` (and nothing else).
+pub fn turnstile_csp(csp: &str) -> String {
+    let mut parts: Vec<String> = csp
+        .split(';')
+        .map(|d| d.trim().to_string())
+        .filter(|d| !d.is_empty())
+        .collect();
+    for name in ["script-src", "frame-src"] {
+        match parts
+            .iter_mut()
+            .find(|d| d.split_whitespace().next() == Some(name))
+        {
+            Some(d) => {
+                d.push(' ');
+                d.push_str(TURNSTILE_ORIGIN);
+            }
+            None => parts.push(format!("{name} {TURNSTILE_ORIGIN}")),
+        }
+    }
+    parts.join("; ")
+}
+
 fn form_encode(out: &mut String, text: &str) {
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -648,6 +674,17 @@ mod tests {
         for junk in [&b""[..], b"<html>", b"{}", b"{\"success\":\"yes\"}", b"[]"] {
             assert_eq!(read_siteverify(junk), Err(None), "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_turnstile_csp_adds_the_widget_origin_only() {
+        let strict =
+            "default-src 'none'; script-src 'self'; worker-src 'self'; frame-ancestors 'none'";
+        assert_eq!(
+            turnstile_csp(strict),
+            "default-src 'none'; script-src 'self' https://challenges.cloudflare.com; \
+             worker-src 'self'; frame-ancestors 'none'; frame-src https://challenges.cloudflare.com"
+        );
     }
 
     #[test]
