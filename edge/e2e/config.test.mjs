@@ -58,6 +58,8 @@ test('DEV_MODE=1 with a non-loopback ORIGIN_URL: no dev tokens, and health and t
   assert.equal(t.body.user_token, undefined);
   const pay = await call('POST', `${remote.url}/api/dev/payments/s.0.abc/complete`, { body: {} });
   assert.equal(pay.status, 404, JSON.stringify(pay.body));
+  const forget = await call('POST', `${remote.url}/api/dev/isolate/forget`);
+  assert.equal(forget.status, 404, JSON.stringify(forget.body));
   if (!existsSync(CHROMIUM)) return;
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
   try {

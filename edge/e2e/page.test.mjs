@@ -260,6 +260,87 @@ test('every state from sign-in to paid, both languages, two widths, axe-clean, u
     assert.ok(total < 50 * 1024, `page weight ${total} bytes`);
   });
 
+test('while the pre-queue is drawn the page says so, then shows the place', { skip }, async (t) => {
+    // A draw long enough to see: 60,000 synthetic entrants (DEV_MODE hook)
+    // beside the person, drawn in steps by the shards' alarms.
+    const N = 60_000;
+    const SALE = `e2e-draw-${rid()}`;
+    const NAME = 'Drawing test';
+    const startsAtMs = Date.now() + 10_000 + Math.ceil(N / 2_000) * 1_000;
+    createSale({
+      sale: SALE, name: NAME, units: 1, 'per-user-limit': 1, shards: 1,
+      'starts-at': new Date(startsAtMs).toISOString(), 'admission-rate': 1,
+    });
+    const PREFIX = `d${rid()}`;
+    for (let from = 0; from < N; from += 20_000) {
+      const r = await call('POST', `${EDGE}/api/dev/sales/${SALE}/bulk`, {
+        body: { prefix: PREFIX, from, to: from + 20_000 }, timeoutMs: 120_000,
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    }
+    assert.ok(Date.now() < startsAtMs - 3_000, 'loading took too long to see the draw');
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      const a = await open(browser, { width: 1000, saleId: SALE, saleName: NAME }, problems, 'A');
+      await signInByName(a, `dora-${rid()}`);
+      await waitText(a, 'You are in the pre-queue');
+      // Before the start the page polls at the start plus a spread of up to
+      // 30 s (herds avoided); coming back to the tab polls at once, as
+      // someone watching the clock would.
+      await new Promise((r) => setTimeout(r, Math.max(0, startsAtMs - Date.now())));
+      let seen = false;
+      for (const end = Date.now() + 30_000; !seen && Date.now() < end;) {
+        await a.evaluate(() => { window.__hide(); window.__show(); });
+        seen = await a.evaluate(() => document.body.innerText.includes('Drawing the order'))
+          || await a.waitForFunction(() => document.body.innerText.includes('Drawing the order'), null, { timeout: 1_000 })
+            .then(() => true, () => false);
+      }
+      assert.ok(seen, 'the page never said the order was being drawn');
+      await states(a, '1b-drawing', 'Drawing the order', 'Đang bốc thăm thứ tự');
+      await a.waitForFunction(() => /Your place in line: \d+/.test(document.body.innerText), null, { timeout: 180_000 });
+    } finally {
+      await browser.close();
+      t.diagnostic(`axe-core: ${JSON.stringify(Object.fromEntries(Object.entries(AXE).filter(([k]) => k.startsWith('1b')).map(([k, v]) => [k, `${v.violations.length} violations, ${v.passes} rules passed`])))}`);
+    }
+    assert.deepEqual(problems, [], 'no CSP violation, console error, failed or external request');
+  });
+
+test('an expired hold says so and brings Reserve back; the next attempt uses a new Idempotency-Key and holds again',
+  { skip }, async (t) => {
+    const SALE = `e2e-exp-${rid()}`;
+    const NAME = 'Expiring hold';
+    createSale({
+      sale: SALE, name: NAME, units: 1, 'per-user-limit': 1, shards: 1, 'starts-at': 'now',
+      'admission-rate': 5, 'hold-seconds': 3,
+    });
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      const a = await open(browser, { width: 1000, saleId: SALE, saleName: NAME }, problems, 'A');
+      const reserveKeys = () => a.requests
+        .filter((r) => r.method === 'POST' && r.url.endsWith(`/api/sales/${SALE}/reservations`))
+        .map((r) => r.headers['idempotency-key']);
+      await signInByName(a, `eve-${rid()}`);
+      await waitText(a, "It's your turn", 45_000);
+      await a.getByRole('button', { name: 'Reserve' }).click();
+      await waitText(a, 'Reserved — complete your payment', 15_000);
+      // Nobody pays: the 3 s hold runs out and the page learns it.
+      await waitText(a, 'Your hold expired and the units went back on sale.', 30_000);
+      await a.getByRole('button', { name: 'Reserve' }).waitFor({ state: 'visible', timeout: 15_000 });
+      await states(a, '4c-expired', 'Your hold expired', 'Thời gian giữ hàng đã hết');
+      await a.getByRole('button', { name: 'Reserve' }).click();
+      await waitText(a, 'Reserved — complete your payment', 15_000);
+      const keys = reserveKeys();
+      assert.equal(keys.length, 2, `two reservation attempts: ${keys}`);
+      assert.ok(keys[0] && keys[1] && keys[0] !== keys[1], `a new Idempotency-Key after expiry: ${keys}`);
+    } finally {
+      await browser.close();
+      t.diagnostic(`axe-core: ${JSON.stringify(Object.fromEntries(Object.entries(AXE).filter(([k]) => k.startsWith('4c')).map(([k, v]) => [k, `${v.violations.length} violations, ${v.passes} rules passed`])))}`);
+    }
+    assert.deepEqual(problems, [], 'no CSP violation, console error, failed or external request');
+  });
+
 test('a tab hidden before its turn keeps polling at the advised pace, is admitted while hidden (title, notification, focus), and reaches Reserve; the live region speaks only on changes',
   { skip }, async () => {
     const SALE = `e2e-hide-${rid()}`;

@@ -420,3 +420,55 @@ test('status polls do not reach the queue object in steady state (snapshot refre
   // meanwhile) plus the summary reads (≤ 1 s old), not one per poll.
   assert.ok(calls <= Math.ceil(seconds / 2) + 3, `${calls} object calls for 400 polls in ${seconds} s`);
 });
+
+test('a fresh isolate takes the snapshot another one fetched (Cache API), not the coordinator', async () => {
+  // One wrangler dev process is one isolate; the DEV_MODE hook makes it
+  // forget its memory, so each round below is a fresh isolate of the same
+  // location. Without the shared copy each would ask the coordinator.
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  await sleep(1100);
+  const before = await doRequests(); // a refresh (memory > 0.9 s old), shared in the cache
+  const t0 = Date.now();
+  const ROUNDS = 10;
+  for (let i = 0; i < ROUNDS; i++) {
+    const f = await call('POST', `${EDGE}/api/dev/isolate/forget`);
+    assert.equal(f.status, 200, JSON.stringify(f.body));
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: joined.get(accounts[i]).ticket });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  }
+  const elapsed = Date.now() - t0;
+  await sleep(1100);
+  const calls = (await doRequests()) - before; // includes this summary's own refresh
+  // A copy serves for 2.5 s from when the coordinator made it.
+  const allowed = 1 + Math.ceil(elapsed / 2500);
+  assert.ok(calls <= allowed, `${calls} object calls for ${ROUNDS} fresh isolates in ${elapsed} ms (allowed ${allowed})`);
+});
+
+test('first polls of people who arrived in the same seconds cost one object call per second, not one per poll', async () => {
+  const summary = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue;
+  const M = 40;
+  const late = Array.from({ length: M }, (_, i) => `fp-${i}-${rid()}`);
+  const tickets = await pool(late, 8, async (a) =>
+    (await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(a) })).body.ticket);
+  const stamps = tickets.map((t) => decode(t).tkt.t_ms);
+  assert.ok(stamps.every(Number.isInteger), 'every late joiner is stamped');
+  const seconds = new Set(stamps.map((t) => Math.floor(t / 1000))).size;
+  const last = Math.max(...stamps);
+  // Every shard has reported the seconds they arrived in.
+  assert.ok(await until(30_000, async () => (await summary()).places_final_through_ms > last, 250),
+    'the late joiners\' seconds are never complete');
+  await sleep(1100);
+  const before = (await summary()).do_requests; // a fresh count, shared in the cache
+  // A fresh isolate: no second's list in memory; all first polls at once.
+  assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+  const places = await pool(tickets, M, async (t) => {
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: t });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.place;
+  });
+  await sleep(1100);
+  const calls = (await summary()).do_requests - before; // includes this summary's refresh
+  assert.ok(places.every((p) => Number.isInteger(p) && p > 0), `places ${places}`);
+  assert.equal(new Set(places).size, M, 'places are distinct');
+  assert.ok(calls <= seconds + 2, `${calls} object calls for ${M} first polls over ${seconds} arrival seconds`);
+});

@@ -38,6 +38,9 @@ pub enum Route {
     DevPayment(String),
     /// Dev mode only: bulk-load synthetic pre-queue entrants into a sale.
     DevBulk(String),
+    /// Dev mode only: forget the isolate's memory caches (a test plays a
+    /// fresh isolate to see what the Cache API shares between isolates).
+    DevForget,
     MethodNotAllowed,
     NotFound,
 }
@@ -112,6 +115,7 @@ pub fn route(method: &str, path: &str) -> Route {
         ["api", "dev", "token"] => want("POST", Route::DevToken),
         ["api", "dev", "payments", p, "complete"] => want("POST", rid(p, Route::DevPayment)),
         ["api", "dev", "sales", s, "bulk"] => want("POST", id(s, Route::DevBulk)),
+        ["api", "dev", "isolate", "forget"] => want("POST", Route::DevForget),
         _ => Route::NotFound,
     }
 }
@@ -271,6 +275,11 @@ mod tests {
             Route::DevBulk("d-1".into())
         );
         assert_eq!(route("POST", "/api/dev/sales/a.b/bulk"), Route::NotFound);
+        assert_eq!(route("POST", "/api/dev/isolate/forget"), Route::DevForget);
+        assert_eq!(
+            route("GET", "/api/dev/isolate/forget"),
+            Route::MethodNotAllowed
+        );
         assert_eq!(
             route("POST", &format!("/api/dev/payments/{id}/complete")),
             Route::DevPayment(id.into())

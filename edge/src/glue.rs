@@ -212,7 +212,15 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             .await
         }
         Route::DevBulk(sale) if dev_mode(&env) => waiting::bulk(&env, req, &sale).await,
-        Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) => Err(ApiError::not_found()),
+        Route::DevForget if dev_mode(&env) => {
+            SOLD_OUT.with(|m| m.borrow_mut().clear());
+            STALE_SUMMARY.with(|m| m.borrow_mut().clear());
+            waiting::forget_memory();
+            json_response(200, &json!({"forgotten": true}), "no-store").map_err(internal)
+        }
+        Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) | Route::DevForget => {
+            Err(ApiError::not_found())
+        }
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
         Route::NotFound => Err(ApiError::not_found()),
     };
@@ -428,6 +436,8 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             "waiting": s.placed.saturating_sub(s.frontier),
             "drawn": s.drawn,
             "admission_rate": s.rate,
+            // Places of people who arrived before this (unix ms) are final.
+            "places_final_through_ms": s.fifo_through_ms,
             "do_requests": s.do_requests,
         });
         body["draw"] = json!({

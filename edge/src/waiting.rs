@@ -6,7 +6,9 @@
 //! - a join goes to the account's shard only (`shards::shard_of`); a
 //!   repeated join this isolate has answered is answered from memory;
 //! - a status poll is a ticket check plus arithmetic on the coordinator's
-//!   snapshot, cached in isolate memory ≤ 1 s (single flight);
+//!   snapshot, kept in isolate memory ≤ 2.5 s (single flight) and shared
+//!   through the Cache API, so the isolates of one location together ask
+//!   the coordinator about once per refresh, not once each;
 //! - a place not yet in the ticket is computed here, once per person, from
 //!   immutable pieces (the shards' draw index and buckets, or one complete
 //!   second of arrivals), each cached in isolate memory and the Cache API,
@@ -156,14 +158,41 @@ pub(crate) async fn tell_sold_out(env: &Env, sale: &str) {
     let _ = call_coordinator(env, sale, Method::Post, "/sold_out", Some(&json!({}))).await;
 }
 
-fn remember_snapshot(s: Snapshot) -> Rc<Snapshot> {
+/// Keeps `s` in isolate memory as taken at `at` (unix ms): the time the
+/// coordinator answered, so a snapshot from the Cache API is not made
+/// younger than it is.
+fn remember_snapshot(s: Snapshot, at: u64) -> Rc<Snapshot> {
     let s = Rc::new(s);
     let sale = s.sale.clone();
     if s.sold_out {
         set_sold_out_local(&sale);
     }
-    SNAPSHOTS.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale, (now_ms(), s.clone())));
+    SNAPSHOTS.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale, (at, s.clone())));
     s
+}
+
+/// A snapshot another isolate of this location took less than `refresh_ms`
+/// ago (Cache API), if any. Its age is the coordinator's own clock reading
+/// (`now_ms` in the snapshot), so a copy never passes for fresher than it
+/// is however often it is passed on.
+async fn shared_snapshot(sale: &str, now: u64, refresh_ms: u64) -> Option<Snapshot> {
+    let key = cache_key("snapshot", sale);
+    let mut r = Cache::default().get(key.as_str(), false).await.ok()??;
+    let s: Snapshot = serde_json::from_str(&r.text().await.ok()?).ok()?;
+    (s.sale == sale && now.saturating_sub(s.now_ms) < refresh_ms).then_some(s)
+}
+
+/// Forgets everything this isolate keeps in memory (DEV_MODE hook): the next
+/// request behaves as in a fresh isolate, which is how a test on one
+/// `wrangler dev` process sees what the Cache API shares between isolates.
+pub(crate) fn forget_memory() {
+    SNAPSHOTS.with(|m| m.borrow_mut().clear());
+    REFRESHING.with(|m| m.borrow_mut().clear());
+    INDEXES.with(|m| m.borrow_mut().clear());
+    BUCKETS.with(|m| m.borrow_mut().clear());
+    SECONDS.with(|m| m.borrow_mut().clear());
+    JOINED.with(|m| m.borrow_mut().clear());
+    LOADING.with(|m| m.borrow_mut().clear());
 }
 
 /// The queue snapshot from isolate memory: fresh for 2.5 s; from then on a
@@ -194,13 +223,22 @@ pub(crate) async fn snapshot_within(
         }
     }
     REFRESHING.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale.to_string(), now));
+    if let Some(s) = shared_snapshot(sale, now, refresh_ms).await {
+        REFRESHING.with(|m| m.borrow_mut().remove(sale));
+        let at = s.now_ms.min(now);
+        return Ok(remember_snapshot(s, at));
+    }
     let got = call_coordinator(env, sale, Method::Get, "/snapshot", None).await;
     REFRESHING.with(|m| m.borrow_mut().remove(sale));
     match got {
         Ok(v) => {
             let s: Snapshot = serde_json::from_value(v)
                 .map_err(|_| ApiError::new(502, "queue_error", "bad snapshot"))?;
-            Ok(remember_snapshot(s))
+            if let Ok(body) = serde_json::to_string(&s) {
+                let secs = SNAPSHOT_TTL_MS.div_ceil(1000) as u32;
+                cache_put_json(&cache_key("snapshot", sale), 200, &body, secs).await;
+            }
+            Ok(remember_snapshot(s, now_ms()))
         }
         Err(e) if e.status >= 500 => match cached {
             // People keep their place and see `waiting`, not an error page.
@@ -710,13 +748,22 @@ async fn prequeue_place(
 async fn fifo_place(env: &Env, sale: &str, me: Arrival) -> Option<u64> {
     let second = me.t_ms / 1000;
     let id = format!("{sale}/s/{second}");
+    await_piece(&id, || SECONDS.with(|m| m.borrow().contains_key(&id))).await;
     let sec = match SECONDS.with(|m| m.borrow().get(&id).cloned()) {
         Some(s) => s,
         None => {
             let path = format!("/arrivals?s={second}");
-            let v = call_coordinator(env, sale, Method::Get, &path, None)
-                .await
-                .ok()?;
+            // Only a complete second is immutable: an incomplete one is an
+            // error to `immutable`, so it is neither cached nor answered.
+            let load = async {
+                let v = call_coordinator(env, sale, Method::Get, &path, None).await?;
+                if v["arrivals"]["complete"].as_bool() == Some(true) {
+                    Ok(v)
+                } else {
+                    Err(ApiError::new(503, "queue_error", "second not complete"))
+                }
+            };
+            let v = immutable(&id, load).await?;
             let mut s: SecondArrivals = serde_json::from_value(v["arrivals"].clone()).ok()?;
             if !s.complete {
                 return None;

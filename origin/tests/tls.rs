@@ -84,46 +84,68 @@ impl Drop for TlsRedis {
     }
 }
 
+/// A TLS-only Redis on a free loopback port. Redis cannot be handed a bound
+/// socket, so the port is picked first; Redis exits at once when it cannot
+/// bind it, so once this child answers on its own Unix socket the TLS port
+/// is its own. If another process took the port in between, it starts
+/// again on another.
 fn tls_redis(dir: &Path, cert: &Path, key: &Path, ca: &Path) -> TlsRedis {
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .arg("--tls-cert-file")
-        .arg(cert)
-        .arg("--tls-key-file")
-        .arg(key)
-        .arg("--tls-ca-cert-file")
-        .arg(ca)
-        .args([
-            "--tls-auth-clients",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH");
-    let server = TlsRedis { port, child };
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
+    let sock = dir.join("redis.sock");
+    for _ in 0..10 {
+        let port = free_port();
+        let _ = std::fs::remove_file(&sock);
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--unixsocket")
+            .arg(&sock)
+            .arg("--tls-cert-file")
+            .arg(cert)
+            .arg("--tls-key-file")
+            .arg(key)
+            .arg("--tls-ca-cert-file")
+            .arg(ca)
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH");
+        let mut server = TlsRedis { port, child };
+        let me = format!("process_id:{}", server.child.id());
+        for _ in 0..200 {
+            if let Ok(Some(_)) = server.child.try_wait() {
+                break; // its port was taken: another one
+            }
+            let info = Command::new("redis-cli")
+                .arg("-s")
+                .arg(&sock)
+                .args(["INFO", "server"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            if info.lines().any(|l| l.trim() == me) {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        drop(server);
     }
-    drop(server);
-    panic!("TLS redis-server did not listen on {port}");
+    panic!("no loopback port a TLS redis-server could keep in 10 tries");
 }
 
 fn config_check(redis_url: &str, cert_file: Option<&Path>) -> Output {

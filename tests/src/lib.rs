@@ -438,7 +438,8 @@ pub fn parse_time(s: &str) -> DateTime<Utc> {
 /// A `redis-server` owned by a test, in its own directory; killed on drop.
 /// [`RedisServer::start`] listens on a Unix socket in that directory (no TCP
 /// port to pick, so nothing else can take its address between a kill and a
-/// restart); [`RedisServer::start_on`] listens on a TCP port (a cluster node).
+/// restart); [`RedisServer::start_on_free_cluster_port`] listens on a TCP
+/// port (a cluster node) and proves the server there is its own.
 pub struct RedisServer {
     /// The TCP port; 0 for a server on its Unix socket.
     pub port: u16,
@@ -501,8 +502,36 @@ impl RedisServer {
         }
     }
 
+    /// Starts one on a free loopback port for a cluster node (the port and
+    /// its bus port + 10000). Redis cannot be handed a bound socket, so the
+    /// port is picked, then the server must prove it is the one answering
+    /// there (its `process_id`); if another process took the port in
+    /// between, it starts again on another.
+    pub fn start_on_free_cluster_port(extra: &[&str]) -> RedisServer {
+        for _ in 0..10 {
+            let mut s = RedisServer {
+                port: free_cluster_port(),
+                dir: tempfile::tempdir().unwrap(),
+                child: None,
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            if s.try_start().is_ok() {
+                return s;
+            }
+        }
+        panic!("no free port a Redis Cluster node could keep in 10 tries");
+    }
+
     /// Starts (again) on the same address and directory.
     pub fn restart(&mut self) {
+        if let Err(e) = self.try_start() {
+            panic!("redis-server did not start again at {}: {e}", self.url());
+        }
+    }
+
+    /// Starts the server and waits until the server answering at its
+    /// address is this child (not a process that took the port first).
+    fn try_start(&mut self) -> Result<(), String> {
         self.kill();
         let socket = self.socket();
         let mut cmd = Command::new("redis-server");
@@ -528,8 +557,13 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server on PATH (scripts/setup installs it)");
+        let mut child = child;
+        let result = wait_for_own_redis(&self.cli(), &mut child);
         self.child = Some(child);
-        wait_for_redis(&self.cli());
+        if result.is_err() {
+            self.kill();
+        }
+        result
     }
 }
 
@@ -552,15 +586,24 @@ fn redis_cli_at<S: AsRef<std::ffi::OsStr>>(to: &[S], args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn wait_for_redis(to: &[String]) {
+/// Waits until the Redis answering at `to` is `child` (its `process_id`);
+/// an error if the child exits first (its port was taken) or 10 s pass.
+fn wait_for_own_redis(to: &[String], child: &mut Child) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let me = format!("process_id:{}", child.id());
     while Instant::now() < deadline {
-        if redis_cli_at(to, &["PING"]).trim() == "PONG" {
-            return;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("redis-server exited ({status})"));
+        }
+        if redis_cli_at(to, &["INFO", "server"])
+            .lines()
+            .any(|l| l.trim() == me)
+        {
+            return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("redis-server at {to:?} did not start");
+    Err("not answering as the started server after 10 s".into())
 }
 
 /// A 3-master Redis Cluster on loopback, created with `redis-cli --cluster create`.
@@ -572,19 +615,16 @@ impl RedisCluster {
     pub fn start() -> RedisCluster {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                RedisServer::start_on(
-                    free_cluster_port(),
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        "nodes.conf",
-                        "--cluster-node-timeout",
-                        "5000",
-                        "--appendonly",
-                        "no",
-                    ],
-                )
+                RedisServer::start_on_free_cluster_port(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--appendonly",
+                    "no",
+                ])
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -906,5 +946,29 @@ impl OriginProcess {
     /// What the process logged so far (stderr).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod redis_server_tests {
+    use super::*;
+
+    /// A server started on a port another Redis already holds must not take
+    /// that one for its own (a PING would answer PONG from the other).
+    #[test]
+    fn a_server_whose_port_is_taken_does_not_pass_for_started() {
+        let holder = RedisServer::start_on_free_cluster_port(&[]);
+        let mut second = RedisServer {
+            port: holder.port,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            extra: Vec::new(),
+        };
+        let err = second.try_start().expect_err("the port is the holder's");
+        assert!(err.contains("exited"), "{err}");
+        assert!(second.child.is_none(), "the failed child is reaped");
+        // The holder is untouched and still answers as itself.
+        let me = format!("process_id:{}", holder.child.as_ref().unwrap().id());
+        assert!(redis_cli(holder.port, &["INFO", "server"]).contains(&me));
     }
 }
