@@ -73,6 +73,9 @@ export ORIGIN_DEV_MODE=1
 ORIGIN_PORT="$(free_port)"
 EDGE_PORT="$(free_port)"
 INSPECTOR_PORT="$(free_port)"
+# The e2e Turnstile test serves a stand-in siteverify on this port.
+TURNSTILE_PORT="$(free_port)"
+export TURNSTILE_PORT
 export ORIGIN_ADDR="127.0.0.1:$ORIGIN_PORT"
 
 createdb -h 127.0.0.1 -U postgres "$stack_db"
@@ -93,6 +96,8 @@ sed -e "s#^main = \"#main = \"$ROOT/#" \
   echo "USER_TOKEN_KEYS=$USER_TOKEN_KEYS"
   echo "ADMISSION_TOKEN_KEYS=$ADMISSION_TOKEN_KEYS"
   echo "DEV_MODE=${EDGE_DEV_MODE:-0}"
+  echo "TURNSTILE_SITEVERIFY_URL=http://127.0.0.1:$TURNSTILE_PORT/siteverify"
+  echo "TURNSTILE_SECRET_KEY=e2e-turnstile-secret"
 } >"$EDGE_DIR/.dev.vars"
 (cd "$EDGE_DIR" && EDGE_SKIP_BUILD=1 exec wrangler dev --config "$EDGE_DIR/wrangler.toml" \
   --port "$EDGE_PORT" --ip 127.0.0.1 --inspector-port "$INSPECTOR_PORT" \

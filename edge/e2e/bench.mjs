@@ -40,12 +40,14 @@ const SALE = `bench-${rid()}`;
 createSale({
   sale: SALE, name: 'bench', units: 100000, 'per-user-limit': 1, shards: 2,
   'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2, 'queue-shards': 1,
+  'join-limit': 0, // joins/s from one address is what this measures
 });
 // The same joins against a sale whose queue has 8 shards (issue 20).
 const SALE8 = `bench8-${rid()}`;
 createSale({
   sale: SALE8, name: 'bench 8 shards', units: 100000, 'per-user-limit': 1, shards: 2,
   'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2, 'queue-shards': 8,
+  'join-limit': 0,
 });
 
 // Tickets to poll with (people who stay waiting: the rate is tiny).

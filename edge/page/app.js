@@ -10,6 +10,10 @@
 // - one Idempotency-Key per reservation attempt: a retry of the same attempt
 //   reuses it, a new attempt after expired / cancelled / rejected gets a new one;
 // - the live region speaks when the state changes, never on a mere poll;
+// - a sale with a proof-of-work bot check (summary.bot_check = pow:<bits>):
+//   a join first fetches a challenge and solves it in a Web Worker
+//   (pow.js, WebCrypto) with a progress bar; a refused solution that can
+//   be retried (expired, reused, failed) is retried with a fresh challenge;
 // - every text comes from the message catalogue MSG (en, vi).
 'use strict';
 (() => {
@@ -36,6 +40,13 @@
       dev_label: 'Name (local dev mode only)', dev_btn: 'Sign in as this name',
       dev_refused: 'Dev mode is off: {why}', signin_refused: 'Sign-in refused: {why}',
       join_h: 'Join the queue', join_btn: 'Join the queue', who: 'Signed in as {who}.',
+      pow_label: 'Bot check',
+      pow_t: 'Your browser is doing a short check that makes joining with many accounts expensive for bots. It needs nothing from you and you join as soon as it is done.',
+      pow_retry: 'The check has to be done again ({why}) — starting over.',
+      ts_t: 'Please complete the check below; you join as soon as it passes.',
+      bot_check_required: 'this sale asks for a bot check', bot_check_failed: 'the check did not pass',
+      challenge_expired: 'it took too long', challenge_reused: 'it was already used',
+      too_many_joins: 'Too many people joined from your network just now — trying again in {dur}.',
       line_label: 'Progress through the line',
       notify_why: 'Want to switch tabs while you wait? This page keeps your place in the background and can notify you when it is your turn.',
       notify_btn: 'Notify me when it is my turn',
@@ -101,6 +112,13 @@
       dev_label: 'Tên (chỉ ở chế độ phát triển)', dev_btn: 'Đăng nhập bằng tên này',
       dev_refused: 'Chế độ phát triển đang tắt: {why}', signin_refused: 'Đăng nhập bị từ chối: {why}',
       join_h: 'Vào hàng chờ', join_btn: 'Vào hàng chờ', who: 'Đã đăng nhập: {who}.',
+      pow_label: 'Kiểm tra chống bot',
+      pow_t: 'Trình duyệt của bạn đang thực hiện một bước kiểm tra ngắn khiến việc dùng nhiều tài khoản để xếp hàng trở nên tốn kém đối với bot. Bạn không cần làm gì, và sẽ vào hàng chờ ngay khi kiểm tra xong.',
+      pow_retry: 'Cần kiểm tra lại ({why}) — đang bắt đầu lại.',
+      ts_t: 'Vui lòng hoàn tất bước kiểm tra bên dưới; bạn sẽ vào hàng chờ ngay khi kiểm tra đạt.',
+      bot_check_required: 'đợt bán này yêu cầu kiểm tra chống bot', bot_check_failed: 'kiểm tra không đạt',
+      challenge_expired: 'mất quá nhiều thời gian', challenge_reused: 'mã kiểm tra đã được dùng',
+      too_many_joins: 'Có quá nhiều người từ mạng của bạn vừa vào hàng chờ — sẽ thử lại sau {dur}.',
       line_label: 'Tiến độ trong hàng chờ',
       notify_why: 'Muốn chuyển sang thẻ khác trong lúc chờ? Trang này vẫn giữ chỗ cho bạn khi chạy nền và có thể thông báo khi đến lượt bạn.',
       notify_btn: 'Thông báo cho tôi khi đến lượt',
@@ -224,6 +242,7 @@
   const show = (id, on) => { $(id).hidden = !on; };
   const errorText = (r) => (r.data && r.data.error && r.data.error.message) || t('error_n', { status: r.status });
 
+  const powSrc = (document.currentScript && document.currentScript.dataset.pow) || '';
   // Timers: one per job, run by the worker (not throttled while hidden);
   // the page's own setTimeout only if no worker could start.
   const jobs = {};
@@ -335,20 +354,110 @@
     $('reserve-btn').focus();
   }
 
+  // The proof of work of a join (sale with bot_check pow:<bits>): a fresh
+  // challenge, solved in the pow.js worker while the bar shows the share of
+  // the expected work done. Answers the join body, or null (error said).
+  async function solveChallenge() {
+    const c = await api('GET', `/api/sales/${encodeURIComponent(sale)}/challenge`, { token: user });
+    if (c.status !== 200) return { refused: c };
+    if (c.data.kind !== 'pow') return { body: undefined };
+    const expected = 2 ** c.data.difficulty;
+    show('pow', true);
+    $('pow-bar').value = 0;
+    try {
+      const nonce = await new Promise((resolve, reject) => {
+        const w = new Worker(powSrc);
+        w.onmessage = (e) => {
+          if (e.data.nonce != null) { w.terminate(); resolve(e.data.nonce); }
+          // Share of the expected work, never shown as done before it is.
+          else $('pow-bar').value = Math.min(99, Math.round((100 * e.data.tries) / expected));
+        };
+        w.onerror = (e) => { w.terminate(); reject(e); };
+        w.postMessage({ challenge: c.data.challenge, difficulty: c.data.difficulty });
+      });
+      $('pow-bar').value = 100;
+      return { body: { challenge: c.data.challenge, nonce } };
+    } finally {
+      show('pow', false);
+    }
+  }
+
+  // A Turnstile sale: Cloudflare's widget (its script is loaded only for
+  // such sales, whose page CSP allows challenges.cloudflare.com) gives a
+  // token the edge verifies. Answers the join body, or { refused }.
+  const TS_SCRIPT = 'https://challenges.cloudflare.com/turnstile/v0/api.js?render=explicit';
+  let tsLoaded = null;
+  let tsWidget = null;
+  async function turnstileToken() {
+    const c = await api('GET', `/api/sales/${encodeURIComponent(sale)}/challenge`, { token: user });
+    if (c.status !== 200) return { refused: c };
+    if (c.data.kind !== 'turnstile') return { body: undefined };
+    tsLoaded = tsLoaded || new Promise((resolve, reject) => {
+      const el = document.createElement('script');
+      el.src = TS_SCRIPT;
+      el.onload = resolve;
+      el.onerror = reject;
+      document.head.append(el);
+    });
+    await tsLoaded;
+    show('ts', true);
+    try {
+      const token = await new Promise((resolve, reject) => {
+        if (tsWidget != null) window.turnstile.remove(tsWidget);
+        tsWidget = window.turnstile.render('#ts-box', {
+          sitekey: c.data.site_key, language: lang, callback: resolve,
+          'error-callback': () => reject(new Error('turnstile')),
+          'expired-callback': () => reject(new Error('turnstile expired')),
+        });
+      });
+      return { body: { turnstile: token } };
+    } finally {
+      show('ts', false);
+    }
+  }
+
+  const RETRY_BOT = ['challenge_expired', 'challenge_reused', 'bot_check_failed', 'bot_check_required'];
+  let botRetries = 0;
   async function join() {
     $('join-btn').disabled = true;
     say('error', '');
     try {
-      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: user });
-      if (r.status === 200) { applyStatus(r.data); later('poll', jitter(r.data.poll_after_ms), poll); }
-      else if (r.status === 401) {
-        user = null; sessionStorage.removeItem(USER_KEY);
-        say('error', t('signin_refused', { why: errorText(r) })); render();
-      } else if (r.status === 404) unknownSale(r);
-      else if (r.status === 403) say('error', errorText(r));
-      else backoff('poll', join, r);
+      let body;
+      const check = (summary && summary.bot_check) || '';
+      if (check === 'turnstile') {
+        const s = await turnstileToken();
+        if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
+        body = s.body;
+      } else if (/^pow:/.test(check) || botRetries > 0) {
+        const s = await solveChallenge();
+        if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
+        body = s.body;
+      }
+      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: user, body });
+      if (r.status === 200) { botRetries = 0; applyStatus(r.data); later('poll', jitter(r.data.poll_after_ms), poll); }
+      else joinRefused(r);
     } catch { backoff('poll', join); }
     $('join-btn').disabled = false;
+  }
+
+  function joinRefused(r) {
+    const code = r.data && r.data.error && r.data.error.code;
+    if (r.status === 401) {
+      user = null; sessionStorage.removeItem(USER_KEY);
+      say('error', t('signin_refused', { why: errorText(r) })); render();
+    } else if (r.status === 404) unknownSale(r);
+    else if (r.status === 403 && RETRY_BOT.includes(code) && botRetries < 3) {
+      // A new challenge can pass where this one did not (e.g. it expired
+      // while the tab slept): say so and start over, a few times at most.
+      botRetries += 1;
+      say('note', t('pow_retry', { why: t(code) }));
+      later('poll', 500, join);
+    } else if (r.status === 403) say('error', errorText(r));
+    else if (r.status === 429 && code === 'too_many_joins') {
+      const ms = Math.max(1000, r.retryAfter * 1000);
+      say('note', t('too_many_joins', { dur: dur(ms / 1000) }));
+      later('poll', jitter(ms), join);
+    } else backoff('poll', join, r);
   }
 
   async function reserve() {

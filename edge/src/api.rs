@@ -23,6 +23,8 @@ pub enum Route {
     Summary(String),
     Join(String),
     Status(String),
+    /// A proof-of-work challenge for a join (`GET …/challenge`).
+    Challenge(String),
     Draw(String),
     /// Admission figures of a sale as Prometheus text (for a scraper).
     Metrics(String),
@@ -104,6 +106,7 @@ pub fn route(method: &str, path: &str) -> Route {
         },
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
         ["api", "sales", s, "metrics"] => want("GET", id(s, Route::Metrics)),
+        ["api", "sales", s, "challenge"] => want("GET", id(s, Route::Challenge)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
         ["api", "reservations", r] => match method {
             "GET" | "HEAD" => rid(r, Route::ReservationGet),
@@ -255,6 +258,15 @@ mod tests {
             Route::ReservationPurchase("r1".into())
         );
         assert_eq!(route("GET", "/sales/drop-1"), Route::Page("drop-1".into()));
+        assert_eq!(
+            route("GET", "/api/sales/drop-1/challenge"),
+            Route::Challenge("drop-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/drop-1/challenge"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route("GET", "/api/sales/a.b/challenge"), Route::NotFound);
         let id = "drop-1.0.0190f0a1b2c34d5e6f708192a3b4c5d6";
         assert_eq!(
             route("GET", &format!("/api/reservations/{id}")),

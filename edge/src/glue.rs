@@ -28,6 +28,7 @@ use worker::{
 };
 
 use crate::api::{self, ApiError, Route};
+use crate::botcheck;
 use crate::draw;
 use crate::limit::Limiter;
 use crate::objects::internal;
@@ -173,7 +174,8 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Health => health(&env),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
-        Route::Join(sale) => waiting::join(&env, &req, &sale).await,
+        Route::Join(sale) => waiting::join(&env, req, &sale).await,
+        Route::Challenge(sale) => waiting::challenge(&env, &req, &sale, dev_mode(&env)).await,
         Route::Status(sale) => waiting::status(&env, &req, &sale).await,
         Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
         Route::Metrics(sale) => waiting::metrics(&env, &sale).await,
@@ -199,7 +201,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             )
             .await
         }
-        Route::Page(_) => page(&env).await,
+        Route::Page(sale) => page(&env, &sale).await,
         Route::DevToken if dev_mode(&env) => dev_token(&env, req).await,
         Route::DevPayment(id) if dev_mode(&env) => {
             forward(
@@ -246,7 +248,7 @@ fn dev_mode_requested(env: &Env) -> bool {
 
 /// The queue page (one HTML file for every sale; the script reads the sale
 /// from the path). HTML is short-cached, its hashed assets long-cached.
-async fn page(env: &Env) -> ApiResult<Response> {
+async fn page(env: &Env, sale: &str) -> ApiResult<Response> {
     let assets = env.assets("ASSETS").map_err(internal)?;
     let mut r = assets
         .fetch("https://assets.local/sale", None)
@@ -267,6 +269,11 @@ async fn page(env: &Env) -> ApiResult<Response> {
         "x-content-type-options",
     ] {
         if let Ok(Some(v)) = r.headers().get(name) {
+            let v = if name == "content-security-policy" && turnstile_sale(env, sale).await {
+                botcheck::turnstile_csp(&v)
+            } else {
+                v
+            };
             h.set(name, &v).map_err(internal)?;
         }
     }
@@ -274,6 +281,20 @@ async fn page(env: &Env) -> ApiResult<Response> {
         .map_err(internal)?
         .with_status(status)
         .with_headers(h))
+}
+
+/// Whether `sale` asks for Turnstile (its page then loads Cloudflare's
+/// widget, which the CSP must allow). An unknown or unreachable sale keeps
+/// the strict CSP.
+async fn turnstile_sale(env: &Env, sale: &str) -> bool {
+    let v = match recent_summary(sale, 60_000) {
+        Some(v) => v,
+        None => match origin_summary(env, sale).await {
+            Ok((v, _)) => v,
+            Err(_) => return false,
+        },
+    };
+    v["bot_check"].as_str() == Some("turnstile")
 }
 
 #[derive(Deserialize)]

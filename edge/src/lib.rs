@@ -5,15 +5,16 @@
 //! sale summary and the sold-out flag, and forwards admitted requests to
 //! the origin.
 //!
-//! Layout: the pure modules ([`api`], [`config`], [`control`], [`draw`],
-//! [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`], [`shard_draw`],
-//! [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
+//! Layout: the pure modules ([`api`], [`botcheck`], [`config`], [`control`],
+//! [`draw`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
+//! [`shard_draw`], [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
 //! are thin runtime glue. Invariant: nothing in this crate trusts input —
 //! every token is verified, every id validated, and no input can make it
 //! panic.
 
 pub mod api;
+pub mod botcheck;
 pub mod config;
 pub mod control;
 pub mod draw;

@@ -37,6 +37,7 @@ use worker::{
 };
 
 use crate::api::{self, ApiError};
+use crate::botcheck;
 use crate::draw;
 use crate::glue::{now_ms, ring};
 use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
@@ -113,6 +114,10 @@ struct JoinBody {
     /// abandoned (the Worker checked it against the coordinator's list).
     #[serde(default)]
     again_seq: Option<u64>,
+    /// The issue stamp of the proof-of-work challenge the Worker verified
+    /// for this join (bot-checked sales only).
+    #[serde(default)]
+    bot_iat_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -131,6 +136,11 @@ struct TurnRow {
     place: f64,
     seen_ms: f64,
     held: f64,
+}
+
+#[derive(Deserialize)]
+struct IatRow {
+    iat_ms: f64,
 }
 
 #[derive(Deserialize)]
@@ -233,6 +243,9 @@ impl QueueShard {
                 seen_ms INTEGER NOT NULL,
                 held INTEGER NOT NULL DEFAULT 0,
                 reported INTEGER NOT NULL DEFAULT 0)",
+            // Per account, the issue stamp of the newest challenge it
+            // joined with (see `spend_challenge`).
+            "CREATE TABLE IF NOT EXISTS challenges (sub TEXT PRIMARY KEY, iat_ms INTEGER NOT NULL)",
         ] {
             sql.exec(q, None).map_err(sql_err)?;
         }
@@ -335,6 +348,9 @@ impl QueueShard {
             return Err(ApiError::new(400, "bad_request", "sub missing"));
         }
         self.configure(sale, b.shard, b.shards, b.starts_at_ms, b.ends_at_ms)?;
+        if let Some(iat) = b.bot_iat_ms {
+            self.spend_challenge(&sub, iat)?;
+        }
         let existing = self
             .sql()
             .exec(
@@ -432,6 +448,38 @@ impl QueueShard {
             self.alarm_by(now - now % 1000 + 1_100).await?;
         }
         Ok(json!({"ticket": ticket, "prequeue": pre}))
+    }
+
+    /// Spends a proof-of-work challenge of `sub` issued at `iat_ms` (the
+    /// Worker verified it): refused as `challenge_reused` unless newer than
+    /// the last one this account joined with. A challenge names its account
+    /// and every account lives on one shard, so one stamp per account here
+    /// remembers all its used challenges, for as long as the entry lives;
+    /// the cost is one indexed read and one row write per bot-checked join,
+    /// in the request that writes the entry anyway. (A challenge issued
+    /// earlier than one already used is refused too: the page fetches a
+    /// fresh one for every join.)
+    fn spend_challenge(&self, sub: &str, iat_ms: u64) -> ApiResult<()> {
+        let sql = self.sql();
+        let last = sql
+            .exec(
+                "SELECT iat_ms FROM challenges WHERE sub = ?",
+                Some(vec![sub.into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<IatRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .next();
+        if last.is_some_and(|r| r.iat_ms as u64 >= iat_ms) {
+            return Err(botcheck::Refusal::Reused.error());
+        }
+        sql.exec(
+            "INSERT OR REPLACE INTO challenges (sub, iat_ms) VALUES (?, ?)",
+            Some(vec![sub.into(), (iat_ms as f64).into()]),
+        )
+        .map_err(sql_err)?;
+        Ok(())
     }
 
     /// DEV_MODE hook (the Worker checks the mode): synthetic pre-queue

@@ -31,15 +31,19 @@ use token::{Claims, Expect, TicketData, TokenType};
 use worker::{Cache, Env, Method, Request, Response, js_sys};
 
 use crate::api::ApiError;
+use crate::botcheck::{self, BotCheck, CHALLENGE_TTL_MS};
 use crate::draw;
 use crate::glue::{
     bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
-    ring, set_sold_out_local, sold_out_local,
+    ring, send_with_timeout, set_sold_out_local, sold_out_local,
 };
+use crate::limit::{self, DEFAULT_JOIN_LIMIT, JOIN_LIMIT_PERIOD_S};
 use crate::objects::{ApiResult, call_object, internal, query};
 use crate::places::{Arrival, SecondArrivals, ShardIndex, is_member, place_of};
 use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
 use crate::shards;
+use worker::wasm_bindgen::{JsCast, JsValue};
+use worker::wasm_bindgen_futures::JsFuture;
 
 /// How long a queue snapshot is reused from isolate memory. Between
 /// refreshes the frontier is extrapolated from its checkpoint and rate
@@ -110,6 +114,11 @@ struct SaleCfg {
     shards: u32,
     starts_at_ms: u64,
     ends_at_ms: Option<u64>,
+    /// What a join must bring (absent from an older origin's summary:
+    /// none).
+    bot_check: BotCheck,
+    /// Joins per address per minute (0: none).
+    join_limit: u64,
 }
 
 fn parse_ms(v: &Value) -> Option<u64> {
@@ -131,10 +140,20 @@ async fn sale_cfg(env: &Env, sale: &str) -> ApiResult<SaleCfg> {
     };
     let starts_at_ms = parse_ms(&v["starts_at"])
         .ok_or_else(|| ApiError::new(502, "origin_error", "sale has no starts_at"))?;
+    // A setting this edge does not know is refused, not guessed: joins
+    // would otherwise pass a check the shop asked for.
+    let bot_check = match v["bot_check"].as_str() {
+        None => BotCheck::None,
+        Some(text) => BotCheck::parse(text).ok_or_else(|| {
+            ApiError::new(502, "origin_error", format!("unknown bot_check {text:?}"))
+        })?,
+    };
     Ok(SaleCfg {
         shards: shards::clamp_shards(v["queue"]["shards"].as_u64().unwrap_or(1)),
         starts_at_ms,
         ends_at_ms: parse_ms(&v["ends_at"]),
+        bot_check,
+        join_limit: v["join_limit"].as_u64().unwrap_or(DEFAULT_JOIN_LIMIT),
     })
 }
 
@@ -314,33 +333,221 @@ struct Joined {
     ticket: String,
 }
 
-pub(crate) async fn join(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+/// `GET /api/sales/{sale}/challenge` (user token): what the sale's bot
+/// check asks of this account's join — a signed proof-of-work challenge
+/// (`botcheck::issue`), the Turnstile site key, or nothing. No object is
+/// called. In dev mode `?ttl_ms=` shortens the challenge's life (the e2e
+/// test of an expired challenge).
+pub(crate) async fn challenge(
+    env: &Env,
+    req: &Request,
+    sale: &str,
+    dev_mode: bool,
+) -> ApiResult<Response> {
+    let now = now_ms();
+    let token = bearer_of(req)?;
+    let claims = ring(env, "USER_TOKEN_KEYS")?
+        .verify_user(&token, now / 1000)
+        .map_err(ApiError::token)?;
+    let cfg = sale_cfg(env, sale).await?;
+    let body = match cfg.bot_check {
+        BotCheck::None => json!({"kind": "none"}),
+        BotCheck::Turnstile => json!({
+            "kind": "turnstile",
+            "site_key": env.var("TURNSTILE_SITE_KEY").map(|v| v.to_string()).ok(),
+        }),
+        BotCheck::Pow(bits) => {
+            let url = req.url().map_err(internal)?;
+            let ttl = query(&url, "ttl_ms")
+                .filter(|_| dev_mode)
+                .and_then(|t| t.parse::<u64>().ok())
+                .map_or(CHALLENGE_TTL_MS, |t| t.clamp(1, CHALLENGE_TTL_MS));
+            let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
+            let (c, content) = botcheck::issue(
+                &keys,
+                &claims.sub,
+                sale,
+                bits,
+                now,
+                ttl,
+                token::random_jti(),
+            );
+            json!({
+                "kind": "pow",
+                "challenge": c,
+                "difficulty": bits,
+                "expires_at": content.exp_ms / 1000,
+                "expires_at_ms": content.exp_ms,
+            })
+        }
+    };
+    reply(&body)
+}
+
+/// The bot check of a join, before any object call: `Some(iat_ms)` of the
+/// proof-of-work challenge it solved (its shard refuses one not newer than
+/// the last it accepted for the account), `None` when the sale asks for
+/// nothing.
+async fn check_bot(
+    env: &Env,
+    req: &mut Request,
+    sale: &str,
+    sub: &str,
+    check: BotCheck,
+    now: u64,
+) -> ApiResult<Option<u64>> {
+    if check == BotCheck::None {
+        return Ok(None);
+    }
+    let body = req.bytes().await.unwrap_or_default();
+    let proof = botcheck::parse_body(&body).map_err(botcheck::Refusal::error)?;
+    let BotCheck::Pow(bits) = check else {
+        turnstile(env, req, &proof).await?;
+        return Ok(None);
+    };
+    let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let c =
+        botcheck::verify(&keys, &proof, sub, sale, bits, now).map_err(botcheck::Refusal::error)?;
+    Ok(Some(c.iat_ms))
+}
+
+/// The sale's per-address join limit, counted across isolates by the
+/// rate-limiting binding of its tier (`limit::join_limit_binding`), keyed
+/// by sale and address (`CF-Connecting-IP`, which Cloudflare sets). The
+/// binding is called through the environment object itself (its `limit`
+/// method), so no wrapper type has to match the runtime's class name. A
+/// binding that fails to answer lets the join through (logged): the limit
+/// is a brake on bots, not worth refusing everyone over.
+async fn limit_joins(env: &Env, req: &Request, sale: &str, per_min: u64) -> ApiResult<()> {
+    if per_min == 0 {
+        return Ok(());
+    }
+    let name = limit::join_limit_binding(per_min).ok_or_else(|| {
+        ApiError::new(
+            502,
+            "origin_error",
+            format!("no join limit binding for {per_min}/min"),
+        )
+    })?;
+    let missing = || {
+        ApiError::new(
+            500,
+            "config_error",
+            format!("rate-limiting binding {name} is missing"),
+        )
+    };
+    let env_js: &JsValue = env.as_ref();
+    let binding = js_sys::Reflect::get(env_js, &name.into()).map_err(|_| missing())?;
+    let limit_fn = js_sys::Reflect::get(&binding, &"limit".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+        .ok_or_else(missing)?;
+    let addr = req.headers().get("cf-connecting-ip").ok().flatten();
+    let opts = js_sys::Object::new();
+    let key = limit::join_limit_key(sale, addr.as_deref());
+    let _ = js_sys::Reflect::set(&opts, &"key".into(), &key.into());
+    let outcome = match limit_fn.call1(&binding, &opts) {
+        Ok(p) => match p.dyn_into::<js_sys::Promise>() {
+            Ok(p) => JsFuture::from(p).await.ok(),
+            Err(_) => None,
+        },
+        Err(_) => None,
+    };
+    let Some(outcome) = outcome else {
+        worker::console_log!("join limit {name}: the binding did not answer; join let through");
+        return Ok(());
+    };
+    let allowed = js_sys::Reflect::get(&outcome, &"success".into())
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(true);
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            429,
+            "too_many_joins",
+            format!("more than {per_min} joins a minute from this address: retry later"),
+        )
+        .retry_after(JOIN_LIMIT_PERIOD_S))
+    }
+}
+
+/// Verifies a join's Turnstile token against `TURNSTILE_SITEVERIFY_URL`
+/// (Cloudflare's in production) with the secret `TURNSTILE_SECRET_KEY`.
+/// Turnstile tokens are single-use at Cloudflare: a replay comes back as
+/// `timeout-or-duplicate` (`challenge_reused`).
+async fn turnstile(env: &Env, req: &Request, proof: &botcheck::Proof) -> ApiResult<()> {
+    let secret = env
+        .secret("TURNSTILE_SECRET_KEY")
+        .map(|s| s.to_string())
+        .or_else(|_| env.var("TURNSTILE_SECRET_KEY").map(|v| v.to_string()))
+        .map_err(|_| ApiError::new(500, "config_error", "TURNSTILE_SECRET_KEY is not set"))?;
+    let url = env
+        .var("TURNSTILE_SITEVERIFY_URL")
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| botcheck::TURNSTILE_SITEVERIFY.to_string());
+    let addr = req.headers().get("cf-connecting-ip").ok().flatten();
+    let form = botcheck::siteverify_form(&secret, proof, addr.as_deref())
+        .map_err(botcheck::Refusal::error)?;
+    let unavailable = || {
+        ApiError::new(
+            503,
+            "bot_check_unavailable",
+            "the bot check cannot be verified right now",
+        )
+        .retry_after(2)
+    };
+    let headers = worker::Headers::new();
+    headers
+        .set("content-type", "application/x-www-form-urlencoded")
+        .map_err(internal)?;
+    let mut init = worker::RequestInit::new();
+    init.with_method(Method::Post)
+        .with_headers(headers)
+        .with_body(Some(form.into()));
+    let out = Request::new_with_init(&url, &init)
+        .map_err(|_| ApiError::new(500, "config_error", "TURNSTILE_SITEVERIFY_URL is not a URL"))?;
+    let mut resp = send_with_timeout(worker::Fetch::Request(out), 5_000)
+        .await
+        .map_err(|_| unavailable())?;
+    let body = resp.bytes().await.map_err(|_| unavailable())?;
+    botcheck::read_siteverify(&body)
+        .map_err(|r| r.map_or_else(unavailable, botcheck::Refusal::error))
+}
+
+pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     // The press is judged by when it reached the edge (the shard stamps it
     // with this, see `queue::arrival_ms`), not after the waits below.
     let now = now_ms();
-    let token = bearer_of(req)?;
+    let token = bearer_of(&req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
     // `v1` or a shop's JWT (HS256); see `KeyRing::verify_user`.
     let claims = users
         .verify_user(&token, now / 1000)
         .map_err(ApiError::token)?;
+    let cfg = sale_cfg(env, sale).await?;
+    // Counted before the bot check: failed solutions count too.
+    limit_joins(env, &req, sale, cfg.join_limit).await?;
+    let bot_iat_ms = check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await?;
     let key = format!("{sale}/{}", claims.sub);
+    // A bot-checked join always goes to the shard, which spends the
+    // challenge; only unchecked repeats are answered from memory.
     let known = JOINED.with(|m| {
         m.borrow()
             .get(&key)
-            .filter(|(_, exp)| *exp > now / 1000 + 3600)
+            .filter(|(_, exp)| bot_iat_ms.is_none() && *exp > now / 1000 + 3600)
             .map(|(t, _)| t.clone())
     });
     let ticket = match known {
         // A repeated join: the ticket this isolate handed out, no object call.
         Some(t) => t,
         None => {
-            let cfg = sale_cfg(env, sale).await?;
             let k = shards::shard_of(&claims.sub, cfg.shards);
             let body = json!({
                 "sub": claims.sub, "shard": k, "shards": cfg.shards,
                 "starts_at_ms": cfg.starts_at_ms, "ends_at_ms": cfg.ends_at_ms,
-                "arrival_ms": now,
+                "arrival_ms": now, "bot_iat_ms": bot_iat_ms,
             });
             let v = call_shard(env, sale, k, Method::Post, "/join", Some(&body)).await?;
             let j: Joined = serde_json::from_value(v)

@@ -58,3 +58,42 @@ fn bench_token_verify_in_wasm() {
         sign_ms * 1000.0 / f64::from(n)
     );
 }
+
+#[wasm_bindgen_test]
+fn bench_pow_verify_in_wasm() {
+    use edge::botcheck::{self, CHALLENGE_TTL_MS, Proof};
+    let ring = KeyRing::from_keys(&[("k1", &[7u8; 32]), ("k0", &[9u8; 32])]).unwrap();
+    let now = 1_767_000_000_000u64;
+    // The difficulty does not change the verify cost (one hash either way).
+    let (c, _) = botcheck::issue(
+        &ring,
+        "acct-42",
+        "drop-1",
+        8,
+        now,
+        CHALLENGE_TTL_MS,
+        token::random_jti(),
+    );
+    let nonce = botcheck::solve(&c, 8, 0, 1 << 20).unwrap();
+    let proof = Proof {
+        challenge: Some(c.clone()),
+        nonce: Some(nonce.to_string()),
+        turnstile: None,
+    };
+    let n = 20_000u32;
+    for _ in 0..1_000 {
+        assert!(botcheck::verify(&ring, &proof, "acct-42", "drop-1", 8, now).is_ok());
+    }
+    let t0 = js_sys::Date::now();
+    let mut ok = 0u32;
+    for _ in 0..n {
+        ok += u32::from(botcheck::verify(&ring, &proof, "acct-42", "drop-1", 8, now).is_ok());
+    }
+    let ms = js_sys::Date::now() - t0;
+    assert_eq!(ok, n);
+    console_log!(
+        "BENCH pow_verify_us={:.2} (n={n}, {}-byte challenge, wasm32 under Node)",
+        ms * 1000.0 / f64::from(n),
+        c.len()
+    );
+}

@@ -237,6 +237,8 @@ async fn settle_rate(
         price_cents: 100,
         queue_shards: 1,
         admission_p99_ms: 50.0,
+        bot_check: "none".into(),
+        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec).await?;

@@ -179,6 +179,14 @@ pub struct CreateArgs {
     /// account always lands on the same one). Fixed once created.
     #[arg(long, default_value_t = 1)]
     pub queue_shards: i32,
+    /// What a join must bring at the edge: `none`, `pow:<1-32>` (proof of
+    /// work of that many zero bits) or `turnstile`. Fixed once created.
+    #[arg(long, default_value = "none")]
+    pub bot_check: String,
+    /// Joins the edge accepts per address per minute: 10, 30, 100, 300 or
+    /// 1000 (each a rate-limiting binding of the edge), or 0 for no limit.
+    #[arg(long, default_value_t = sales::DEFAULT_JOIN_LIMIT)]
+    pub join_limit: i32,
 }
 
 #[derive(Subcommand, Debug)]
@@ -376,6 +384,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 price_cents: a.price_cents,
                 queue_shards: a.queue_shards,
                 admission_p99_ms: a.admission_p99_ms,
+                bot_check: a.bot_check,
+                join_limit: a.join_limit,
             };
             let sale =
                 sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;

@@ -51,6 +51,11 @@ pub struct SaleConfig {
     /// The reservation path's p99 (ms) above which the edge's admission
     /// controller slows down.
     pub admission_p99_ms: f64,
+    /// What a join must bring at the edge: `none`, `pow:<bits>` or
+    /// `turnstile` (DESIGN.md "Bot check at join").
+    pub bot_check: String,
+    /// Joins the edge accepts per address per minute in this sale.
+    pub join_limit: i32,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -299,7 +304,7 @@ impl SaleRegistry {
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms";
+     admission_p99_ms, bot_check, join_limit";
 
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
@@ -345,6 +350,40 @@ pub struct SaleSpec {
     pub queue_shards: i32,
     /// p99 target of the reservation path (ms) for the edge's controller.
     pub admission_p99_ms: f64,
+    /// `none`, `pow:<1-32>` or `turnstile` (see [`valid_bot_check`]).
+    pub bot_check: String,
+    /// Joins per address per minute, one of [`JOIN_LIMITS`] (0: no limit).
+    pub join_limit: i32,
+}
+
+/// Highest proof-of-work difficulty a sale may ask for (the edge's
+/// `botcheck::MAX_POW_BITS`).
+pub const MAX_POW_BITS: u32 = 32;
+
+/// The per-address join limits a sale may choose (joins per minute; 0 =
+/// none): each is a rate-limiting binding of the edge (`JOIN_LIMIT_<n>` in
+/// wrangler.toml), which counts across isolates with a limit fixed in
+/// configuration, so a sale picks one of them.
+pub const JOIN_LIMITS: [i32; 6] = [0, 10, 30, 100, 300, 1000];
+/// The default: generous enough for the many people behind one shared
+/// address at a drop (a carrier's NAT), while one machine cannot join more
+/// than 1,000 accounts a minute.
+pub const DEFAULT_JOIN_LIMIT: i32 = 1000;
+
+/// Whether `text` is a bot check the edge knows: `none`, `turnstile` or
+/// `pow:<1-32>` (plain decimal, no sign or leading zero).
+pub fn valid_bot_check(text: &str) -> bool {
+    match text {
+        "none" | "turnstile" => true,
+        _ => text.strip_prefix("pow:").is_some_and(|b| {
+            !b.is_empty()
+                && b.len() <= 2
+                && !b.starts_with('0')
+                && b.bytes().all(|c| c.is_ascii_digit())
+                && b.parse::<u32>()
+                    .is_ok_and(|n| (1..=MAX_POW_BITS).contains(&n))
+        }),
+    }
 }
 
 /// Most queue shards a sale may have (the edge's `shards::MAX_SHARDS`).
@@ -388,6 +427,16 @@ impl SaleSpec {
         if !(1..=MAX_QUEUE_SHARDS).contains(&self.queue_shards) {
             return bad(&format!(
                 "--queue-shards must be 1-{MAX_QUEUE_SHARDS} (edge queue objects)"
+            ));
+        }
+        if !valid_bot_check(&self.bot_check) {
+            return bad(&format!(
+                "--bot-check must be none, turnstile or pow:<1-{MAX_POW_BITS}> (difficulty bits)"
+            ));
+        }
+        if !JOIN_LIMITS.contains(&self.join_limit) {
+            return bad(&format!(
+                "--join-limit must be one of {JOIN_LIMITS:?} (joins per address per minute)"
             ));
         }
         if self.hold_seconds < 1 {
@@ -552,8 +601,8 @@ pub async fn create_sale(
     let inserted = sqlx::query(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
                             starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
-                            queue_shards, admission_p99_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                            queue_shards, admission_p99_ms, bot_check, join_limit)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -570,6 +619,8 @@ pub async fn create_sale(
     .bind(spec.admission_factor)
     .bind(spec.queue_shards)
     .bind(spec.admission_p99_ms)
+    .bind(&spec.bot_check)
+    .bind(spec.join_limit)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -631,6 +682,20 @@ mod tests {
             price_cents: 100,
             queue_shards: 1,
             admission_p99_ms: 50.0,
+            bot_check: "none".into(),
+            join_limit: DEFAULT_JOIN_LIMIT,
+        }
+    }
+
+    #[test]
+    fn bot_checks_parse_like_the_edge() {
+        for ok in ["none", "turnstile", "pow:1", "pow:16", "pow:32"] {
+            assert!(valid_bot_check(ok), "{ok}");
+        }
+        for bad in [
+            "", "pow", "pow:", "pow:0", "pow:33", "pow:016", "pow:+1", "Pow:5", "captcha",
+        ] {
+            assert!(!valid_bot_check(bad), "{bad}");
         }
     }
 
@@ -687,6 +752,20 @@ mod tests {
                     ..spec()
                 },
                 "--hold-seconds",
+            ),
+            (
+                SaleSpec {
+                    bot_check: "pow:40".into(),
+                    ..spec()
+                },
+                "--bot-check",
+            ),
+            (
+                SaleSpec {
+                    join_limit: 50,
+                    ..spec()
+                },
+                "--join-limit",
             ),
             (
                 SaleSpec {

@@ -427,6 +427,8 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         price_cents: 4_999,
         queue_shards: 1,
         admission_p99_ms: 50.0,
+        bot_check: "none".into(),
+        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
     }
 }
 

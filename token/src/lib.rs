@@ -388,6 +388,50 @@ impl KeyRing {
         format!("{head}.{}", URL_SAFE_NO_PAD.encode(sig))
     }
 
+    /// Signs bytes that are not a token under a purpose `tag`:
+    /// `<tag>.<kid>.<base64url(payload)>.<sig>`, `sig` the HMAC of
+    /// `<tag>.<kid>.<payload>` with the signing key. The tag is part of
+    /// what is signed and is never [`VERSION`], so nothing signed here
+    /// verifies as a token, nor a token here (the edge's PoW challenges).
+    pub fn sign_tagged(&self, tag: &str, payload: &[u8]) -> String {
+        assert!(
+            tag != VERSION && valid_kid(tag),
+            "a tag is a plain word other than {VERSION}"
+        );
+        let key = &self.keys[0];
+        let head = format!("{tag}.{}.{}", key.kid, URL_SAFE_NO_PAD.encode(payload));
+        let sig = Self::mac(&key.secret, head.as_bytes())
+            .finalize()
+            .into_bytes();
+        format!("{head}.{}", URL_SAFE_NO_PAD.encode(sig))
+    }
+
+    /// Checks a [`KeyRing::sign_tagged`] text with `tag` (constant time,
+    /// any key of the ring) and answers its payload.
+    pub fn verify_tagged(&self, tag: &str, text: &str) -> Result<Vec<u8>, TokenError> {
+        if text.len() > 4096 || !text.is_ascii() {
+            return Err(TokenError::Malformed);
+        }
+        let mut parts = text.split('.');
+        let (Some(t), Some(kid), Some(payload), Some(sig), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(TokenError::Malformed);
+        };
+        if t != tag || tag == VERSION || payload.is_empty() {
+            return Err(TokenError::Malformed);
+        }
+        let signed_len = t.len() + kid.len() + payload.len() + 2;
+        self.check_signature(kid, text, signed_len, sig)?;
+        URL_SAFE_NO_PAD
+            .decode(payload)
+            .map_err(|_| TokenError::Malformed)
+    }
+
     /// Checks the signature (constant time), then type, sale and time window.
     pub fn verify(&self, token: &str, expect: Expect<'_>, now: u64) -> Result<Claims, TokenError> {
         let claims = self.verify_signature(token)?;
@@ -495,6 +539,39 @@ mod tests {
         };
         assert_eq!(r.verify(&t_old, expect, 1_010).unwrap(), c);
         assert_eq!(old.verify(&t, expect, 1_010), Err(TokenError::UnknownKid));
+    }
+
+    #[test]
+    fn tagged_blobs_verify_by_any_key_and_never_as_tokens() {
+        let r = ring();
+        let blob = r.sign_tagged("c1", b"{\"x\":1}");
+        assert!(blob.starts_with("c1.k1."));
+        assert_eq!(r.verify_tagged("c1", &blob).unwrap(), b"{\"x\":1}");
+        let old = KeyRing::from_keys(&[("k0", &[9u8; 32])]).unwrap();
+        assert_eq!(
+            r.verify_tagged("c1", &old.sign_tagged("c1", b"y")).unwrap(),
+            b"y"
+        );
+        // Another tag, an edited blob, a token: all refused.
+        assert_eq!(r.verify_tagged("c2", &blob), Err(TokenError::Malformed));
+        let edited = blob.replacen("c1.k1.", "c1.k1.e", 1);
+        assert!(r.verify_tagged("c1", &edited).is_err());
+        let token = r.sign(&Claims::new(TokenType::User, "a", None, 1_000, 60));
+        assert!(r.verify_tagged("v1", &token).is_err());
+        assert!(r.verify_tagged("c1", &token).is_err());
+        assert!(r.verify_signature(&blob).is_err());
+        // Junk never panics.
+        for junk in [
+            "",
+            "c1",
+            "c1.k1",
+            "c1.k1..",
+            "c1.k9.e30.AAAA",
+            "c1.k1.e30.%%",
+            "é",
+        ] {
+            assert!(r.verify_tagged("c1", junk).is_err(), "{junk:?}");
+        }
     }
 
     #[test]

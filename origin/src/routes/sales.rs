@@ -109,5 +109,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
             "units_available": available,
         },
         "queue": {"shards": cfg.queue_shards},
+        "bot_check": cfg.bot_check,
+        "join_limit": cfg.join_limit,
     }))
 }
