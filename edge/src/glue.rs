@@ -428,13 +428,17 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
     }
     // Queue figures are best effort: the summary stands without them.
     if let Ok(s) = waiting::snapshot_within(env, sale, 900).await {
+        // The frontier people are admitted by (extrapolated from the
+        // snapshot's checkpoint, as their polls are), so the figure is never
+        // behind a place someone was just told is admitted.
+        let admitted = crate::queue::frontier_at(&s, now_ms());
         body["queue"] = json!({
             "shards": s.shards,
             "entries": s.entries,
             "prequeue": s.prequeue,
             "placed": s.placed,
-            "admitted": s.frontier,
-            "waiting": s.placed.saturating_sub(s.frontier),
+            "admitted": admitted,
+            "waiting": s.placed.saturating_sub(admitted),
             "drawn": s.drawn,
             // The admission controller's current rate (the sale's
             // `admission_rate` is its ceiling), and whether it is held.
