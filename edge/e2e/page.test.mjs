@@ -75,7 +75,13 @@ async function open(browser, { width = 1000, locale = 'en-US', notify = false, s
   page.requests = [];
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`${who} console: ${m.text()}`); });
   page.on('pageerror', (e) => problems.push(`${who} page error: ${e.message}`));
-  page.on('requestfailed', (r) => problems.push(`${who} request failed: ${r.url()} ${r.failure()?.errorText}`));
+  // ERR_ABORTED is the browser dropping a request in flight when the test
+  // navigates or closes the page (a poll racing page.goto), not an answer
+  // the page got; every other failure counts.
+  page.on('requestfailed', (r) => {
+    if (r.failure()?.errorText === 'net::ERR_ABORTED') return;
+    problems.push(`${who} request failed: ${r.url()} ${r.failure()?.errorText}`);
+  });
   page.on('request', (r) => {
     page.requests.push({ at: Date.now(), method: r.method(), url: r.url(), headers: r.headers() });
     if (!r.url().startsWith(EDGE) && !r.url().startsWith('data:')) problems.push(`${who} external request: ${r.url()}`);
