@@ -84,6 +84,15 @@ pub fn respond(result: ApiResult<Value>) -> worker::Result<Response> {
     Ok(Response::ok(body)?.with_status(status).with_headers(h))
 }
 
+/// One admitted person's turn as both the shards' and the coordinator's
+/// `turns` tables store it (SQLite numbers come back as `f64`).
+#[derive(Deserialize)]
+pub(crate) struct TurnRow {
+    pub place: f64,
+    pub seen_ms: f64,
+    pub held: f64,
+}
+
 #[derive(Deserialize)]
 struct KvRow {
     k: String,

@@ -40,7 +40,7 @@ use crate::api::{self, ApiError};
 use crate::botcheck;
 use crate::draw;
 use crate::glue::{now_ms, ring};
-use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
+use crate::objects::{ApiResult, Meta, TurnRow, call_object, query, respond, sql_err};
 use crate::places::{SecondReport, Stamper};
 use crate::queue::{self, TICKET_TTL_SECS};
 use crate::shard_draw::{self, DrawState, DrawStore, Limits};
@@ -129,13 +129,6 @@ struct TurnBody {
 struct SeenBody {
     /// `(sub, place, ms)` of admitted people seen polling, and when.
     seen: Vec<(String, u64, u64)>,
-}
-
-#[derive(Deserialize)]
-struct TurnRow {
-    place: f64,
-    seen_ms: f64,
-    held: f64,
 }
 
 #[derive(Deserialize)]

@@ -47,7 +47,7 @@ use crate::draw;
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, send_with_timeout};
 use crate::metrics::AdmissionFigures;
-use crate::objects::{ApiResult, Meta, call_object, query, respond, sql_err};
+use crate::objects::{ApiResult, Meta, TurnRow, call_object, query, respond, sql_err};
 use crate::places::{Arrival, SecondArrivals, SecondReport, ShardIndex, Watermarks};
 use crate::queue::{ADMIT_TTL_SECS, Snapshot};
 use crate::shards;
@@ -120,13 +120,6 @@ struct Report {
     /// last seen ms, made a reservation).
     #[serde(default)]
     turns: Vec<(u64, u64, bool)>,
-}
-
-#[derive(Deserialize)]
-struct TurnRow {
-    place: f64,
-    seen_ms: f64,
-    held: f64,
 }
 
 #[derive(Deserialize)]
