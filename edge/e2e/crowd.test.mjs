@@ -82,9 +82,15 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
   const secs = (Date.now() - t0) / 1000;
   await sleep(1_100);
   const firstCalls = (await doRequests()) - before;
-  // At most one call per bucket (+ the index), plus snapshot refreshes.
-  assert.ok(firstCalls <= buckets + 1 + Math.ceil(secs) + 3,
-    `${firstCalls} object calls for ${N} first polls (${buckets} buckets, ${secs} s)`);
+  // At most one call per bucket (+ the index), plus snapshot refreshes,
+  // plus the admitted people's seen reports: the frontier moves at 5/s from
+  // the start, so some first polls come from admitted people, and the
+  // isolate reports those in one batch per shard per 2 s (issue 13), not
+  // one call per poll (CI saw 127 calls for 71 s of polls before these
+  // were counted here).
+  const seenBatches = QUEUE_SHARDS * (Math.ceil(secs / 2) + 1);
+  assert.ok(firstCalls <= buckets + 1 + Math.ceil(secs) + 3 + seenBatches,
+    `${firstCalls} object calls for ${N} first polls (${buckets} buckets, ${secs} s, ${seenBatches} seen batches allowed)`);
 
   // The places are the permutation an outside script gets from the seed.
   const expected = new Map(
@@ -111,5 +117,8 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
   const s2 = (Date.now() - t1) / 1000;
   const steady = (await doRequests()) - b2;
   console.log(`# crowd: ${N} entrants, ${QUEUE_SHARDS} shards, ${buckets} buckets; first polls ${firstCalls} object calls in ${secs} s; 1,000 steady polls ${steady} object calls in ${s2} s`);
-  assert.ok(steady <= Math.ceil(s2 / 2) + 2, `${steady} object calls for 1,000 polls in ${s2} s`);
+  // Snapshot refreshes, plus the admitted among them reported as seen.
+  const steadySeen = QUEUE_SHARDS * (Math.ceil(s2 / 2) + 1);
+  assert.ok(steady <= Math.ceil(s2 / 2) + 2 + steadySeen,
+    `${steady} object calls for 1,000 polls in ${s2} s (${steadySeen} seen batches allowed)`);
 });
