@@ -9,6 +9,8 @@
 #   EDGE_E2E_KEEP=1   keep the run folder (logs) under test-output/
 #   EDGE_LOG_LEVEL=l  wrangler's --log-level (default warn); `log` also shows
 #                     the Worker's console lines (one per forwarded request)
+#   EDGE_ADMISSION_CONTROL=fixed|adaptive  the Worker's ADMISSION_CONTROL
+#                     (unset: the default, adaptive)
 #
 # Logs: $RUN_DIR/origin.log (origin, one access line per request) and
 # $RUN_DIR/wrangler.log (wrangler dev and the Worker's console).
@@ -98,6 +100,7 @@ sed -e "s#^main = \"#main = \"$ROOT/#" \
   echo "DEV_MODE=${EDGE_DEV_MODE:-0}"
   echo "TURNSTILE_SITEVERIFY_URL=http://127.0.0.1:$TURNSTILE_PORT/siteverify"
   echo "TURNSTILE_SECRET_KEY=e2e-turnstile-secret"
+  [[ -z "${EDGE_ADMISSION_CONTROL:-}" ]] || echo "ADMISSION_CONTROL=$EDGE_ADMISSION_CONTROL"
 } >"$EDGE_DIR/.dev.vars"
 (cd "$EDGE_DIR" && EDGE_SKIP_BUILD=1 exec wrangler dev --config "$EDGE_DIR/wrangler.toml" \
   --port "$EDGE_PORT" --ip 127.0.0.1 --inspector-port "$INSPECTOR_PORT" \

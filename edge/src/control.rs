@@ -117,6 +117,33 @@ pub struct Controller {
     ceiling: f64,
 }
 
+/// How the rate is chosen: the Worker's `ADMISSION_CONTROL` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// AIMD on the origin's health, frozen while it does not answer.
+    #[default]
+    Adaptive,
+    /// The sale's `admission_rate` whatever the origin says, as before
+    /// issue 13: only a pause holds the frontier. A switch for an operator
+    /// who finds the controller misjudges their origin, and the baseline
+    /// the simulator compares the controller with.
+    Fixed,
+}
+
+impl Mode {
+    /// Reads the setting: unset or `adaptive`, or `fixed`; anything else is
+    /// a configuration error (the edge refuses to run on it).
+    pub fn from_setting(v: Option<&str>) -> Result<Mode, String> {
+        match v.map(str::trim) {
+            None | Some("") | Some("adaptive") => Ok(Mode::Adaptive),
+            Some("fixed") => Ok(Mode::Fixed),
+            Some(other) => Err(format!(
+                "ADMISSION_CONTROL is {other:?}: expected \"adaptive\" or \"fixed\""
+            )),
+        }
+    }
+}
+
 /// The sale's settings the controller needs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -124,6 +151,8 @@ pub struct Limits {
     pub ceiling: f64,
     /// The sale's p99 target for the reservation path (ms).
     pub p99_target_ms: f64,
+    /// Adaptive, or fixed at the ceiling.
+    pub mode: Mode,
 }
 
 impl Controller {
@@ -165,7 +194,9 @@ impl Controller {
             self.rate *= limits.ceiling / self.ceiling;
         }
         self.ceiling = limits.ceiling;
-        let answering = sample.is_some_and(|s| now_ms.saturating_sub(s.at_ms) <= STALE_AFTER_MS);
+        let fixed = limits.mode == Mode::Fixed;
+        let answering =
+            fixed || sample.is_some_and(|s| now_ms.saturating_sub(s.at_ms) <= STALE_AFTER_MS);
         if paused || !answering {
             if self.frozen {
                 self.frozen_ms += dt;
@@ -185,6 +216,11 @@ impl Controller {
             self.frozen_ms += dt;
             self.frozen = false;
             grow_ms = 0;
+        }
+        if fixed {
+            self.rate = limits.ceiling;
+            self.reason = Reason::AtCeiling;
+            return;
         }
         let floor = limits.ceiling * FLOOR_SHARE;
         let s = sample.expect("answering implies a sample");
@@ -238,6 +274,7 @@ mod tests {
     const L: Limits = Limits {
         ceiling: 100.0,
         p99_target_ms: 50.0,
+        mode: Mode::Adaptive,
     };
 
     fn healthy(at_ms: u64) -> Option<Sample> {
@@ -369,6 +406,53 @@ mod tests {
         c.step(L, 12_250, healthy(12_250), false);
         assert_eq!(c.rate, rate, "a pause changes no rate");
         assert_eq!(c.frozen_ms, 10_000);
+    }
+
+    #[test]
+    fn fixed_mode_keeps_the_ceiling_through_sheds_and_outages_and_holds_only_for_a_pause() {
+        let fixed = Limits {
+            mode: Mode::Fixed,
+            ..L
+        };
+        let shedding = |t| {
+            Some(Sample {
+                at_ms: t,
+                shed_share: 0.5,
+                error_share: 0.5,
+                p99_ms: 5_000.0,
+            })
+        };
+        let mut c = Controller::new(fixed, 0);
+        for t in (0..=10_000).step_by(250) {
+            c.step(fixed, t, shedding(t), false);
+            assert_eq!(c.effective_rate(), 100.0, "shedding at {t}");
+        }
+        // The origin silent for 20 s: the frontier moves on, nothing is
+        // frozen, so no window is extended (what issue 13 fixed).
+        for t in (10_250..=30_000).step_by(250) {
+            c.step(fixed, t, None, false);
+            assert!(!c.frozen);
+            assert_eq!(c.effective_rate(), 100.0);
+        }
+        assert_eq!(c.frozen_ms_at(30_000), 0);
+        // A pause still holds it, and counts.
+        for t in (30_250..=35_000).step_by(250) {
+            c.step(fixed, t, None, true);
+            assert_eq!(c.effective_rate(), 0.0);
+            assert_eq!(c.reason, Reason::Paused);
+        }
+        c.step(fixed, 35_250, None, false);
+        assert_eq!((c.effective_rate(), c.frozen_ms), (100.0, 5_000));
+    }
+
+    #[test]
+    fn the_setting_reads_adaptive_or_fixed_and_refuses_anything_else() {
+        assert_eq!(Mode::from_setting(None), Ok(Mode::Adaptive));
+        assert_eq!(Mode::from_setting(Some("")), Ok(Mode::Adaptive));
+        assert_eq!(Mode::from_setting(Some("adaptive")), Ok(Mode::Adaptive));
+        assert_eq!(Mode::from_setting(Some(" fixed ")), Ok(Mode::Fixed));
+        let e = Mode::from_setting(Some("Fixed!")).unwrap_err();
+        assert!(e.contains("ADMISSION_CONTROL"), "{e}");
     }
 
     #[test]

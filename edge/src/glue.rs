@@ -135,10 +135,14 @@ pub(crate) async fn send_with_timeout(f: Fetch, ms: u32) -> Result<Response> {
 }
 
 /// The edge refuses to run misconfigured, like the origin refuses to start:
-/// key rings that are missing, malformed or share a secret get a 500
-/// `config_error` on every request (the parses are cached per isolate, so
-/// this costs a pointer comparison once the rings were found apart).
+/// key rings that are missing, malformed or share a secret, or an unknown
+/// `ADMISSION_CONTROL`, get a 500 `config_error` on every request (the
+/// parses are cached per isolate, so this costs a pointer comparison once
+/// the rings were found apart).
 fn check_config(env: &Env) -> ApiResult<()> {
+    let control = env.var("ADMISSION_CONTROL").ok().map(|v| v.to_string());
+    crate::control::Mode::from_setting(control.as_deref())
+        .map_err(|m| ApiError::new(500, "config_error", m))?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
     let admission = ring(env, "ADMISSION_TOKEN_KEYS")?;
     let known = RINGS_APART.with(|c| {

@@ -42,7 +42,7 @@ use worker::{
 };
 
 use crate::api::{self, ApiError};
-use crate::control::{Controller, Limits, Reason, Sample};
+use crate::control::{Controller, Limits, Mode, Reason, Sample};
 use crate::draw;
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, send_with_timeout};
@@ -275,9 +275,17 @@ impl SaleQueue {
     }
 
     fn limits(&self) -> Limits {
+        // A bad setting is refused on every request (glue::check_config);
+        // here, where no request is answered, it falls back to adaptive.
+        let setting = self
+            .env
+            .var("ADMISSION_CONTROL")
+            .ok()
+            .map(|v| v.to_string());
         Limits {
             ceiling: self.meta.f64("rate").unwrap_or(10.0),
             p99_target_ms: self.meta.f64("p99_ms").unwrap_or(DEFAULT_P99_MS),
+            mode: Mode::from_setting(setting.as_deref()).unwrap_or_default(),
         }
     }
 
