@@ -5,9 +5,12 @@
 // extended by the hold (not lost), and admission and selling resume after.
 // One sale, post-start joiners placed in arrival order (FIFO), a slow rate
 // so that people are still waiting at the end.
+import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EDGE, call, createSale, origin, placeOf, rid, sleep, userToken, until } from './lib.mjs';
+import {
+  EDGE, ORIGIN, call, claims, createSale, origin, placeOf, rid, sign, sleep, userToken, until,
+} from './lib.mjs';
 
 const SALE = `e2e-adm-${rid()}`;
 const RATE = 0.5; // people per second: the line outlasts both holds
@@ -182,4 +185,65 @@ test('a person who stops polling for 30 s loses the turn to the next person with
   assert.equal(placed.status, 'waiting');
   const m = await (await fetch(`${EDGE}/api/sales/${sale}/metrics`)).text();
   assert.match(m, new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} 1\\n`));
+});
+
+test('the origin made slow: the rate backs off while its p99 is over the target, then climbs back to the ceiling', async () => {
+  const sale = `e2e-slow-${rid()}`;
+  const CEILING = 20;
+  // A target the debug origin meets on a busy machine (its p99 is a few
+  // ms to tens of ms), and a slowness far over it.
+  createSale({
+    sale, name: 'E2E slow origin', units: 1000, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': CEILING, 'admission-p99-ms': 250,
+  });
+  const joined = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(`slow-${rid()}`) });
+  assert.equal(joined.status, 200, JSON.stringify(joined.body));
+  const queue = async () => {
+    const r = await call('GET', `${EDGE}/api/sales/${sale}`, { timeoutMs: 20_000 });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.queue;
+  };
+  const atCeiling = await until(20_000, async () => (await queue()).admission_rate === CEILING, 1000);
+  assert.ok(atCeiling, 'the sale opens at its ceiling');
+  // Reservation traffic the origin times (its load signal covers every
+  // reservation answer): one account asking again and again, as a client
+  // of the origin (the edge forwards the same requests); after its first
+  // hold the answers are 409, which the origin still times.
+  const admit = sign(process.env.ADMISSION_TOKEN_KEYS, claims('admit', `slow-buyer-${rid()}`, sale, 600));
+  let traffic = true;
+  const load = (async () => {
+    while (traffic) {
+      await call('POST', `${ORIGIN}/api/sales/${sale}/reservations`, {
+        token: admit, body: { qty: 1 }, headers: { 'idempotency-key': `slow-${rid()}` }, timeoutMs: 10_000,
+      }).catch(() => {});
+      await sleep(100);
+    }
+  })();
+  const low = [];
+  // Slow, not down: the origin's Redis holds every write for 400 ms of each
+  // 500 ms for 10 s (CLIENT PAUSE … WRITE), so the reservation script — and
+  // with it the origin's own handler time, which is what it reports — takes
+  // up to ~400 ms, while reads (the summary the edge fetches) still answer.
+  try {
+    const end = Date.now() + 10_000;
+    while (Date.now() < end) {
+      execFileSync('redis-cli', ['-u', process.env.REDIS_URL, 'CLIENT', 'PAUSE', '400', 'WRITE']);
+      await sleep(500);
+    }
+    // The slow answers stay in the origin's 10 s window a while: the rate
+    // keeps backing off, then climbs once the window is clean.
+    const backedOff = await until(20_000, async () => {
+      const q = await queue();
+      low.push(q.admission_rate);
+      return q.admission_rate <= CEILING / 2 && !q.frozen ? q : null;
+    }, 1000);
+    assert.ok(backedOff, `the rate backs off while the origin is slow: ${low.join(', ')}`);
+    const m = await (await fetch(`${EDGE}/api/sales/${sale}/metrics`)).text();
+    assert.match(m, new RegExp(`edge_admission_rate_changes_total\\{sale="${sale}",reason="slow"\\} [1-9]`), m);
+    const back = await until(60_000, async () => (await queue()).admission_rate === CEILING, 1000);
+    assert.ok(back, `the rate climbs back to the ceiling once the origin is fast: ${(await queue()).admission_rate}`);
+  } finally {
+    traffic = false;
+    await load;
+  }
 });
