@@ -36,6 +36,9 @@ pub struct Inner {
     /// Sale summaries, computed once per sale per TTL however many ask
     /// (single flight), bounded.
     pub summaries: moka::future::Cache<String, serde_json::Value>,
+    /// The last sold figure Postgres gave per sale, for summaries while it
+    /// is down (bounded like the sale caches).
+    pub last_sold: moka::future::Cache<String, i64>,
     /// This replica's load signal for the edge's admission controller.
     pub load: crate::load::LoadWindow,
     pub metrics: PrometheusHandle,
@@ -79,6 +82,7 @@ impl AppState {
                 .max_capacity(crate::sales::FIRST_LOAD_CAPACITY)
                 .time_to_live(crate::routes::SUMMARY_TTL)
                 .build(),
+            last_sold: moka::future::Cache::new(crate::sales::FIRST_LOAD_CAPACITY),
             load: crate::load::LoadWindow::new(),
             metrics: telemetry::metrics_handle(),
             settings,

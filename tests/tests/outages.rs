@@ -106,3 +106,58 @@ async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
     let (status, _) = app.get("/readyz", None).await;
     assert_eq!(status, 200);
 }
+
+/// The edge admits by the sale summary (its admission controller freezes
+/// the frontier while the summary does not answer). Postgres down must not
+/// look like "origin down": the origin still sells from Redis, so the
+/// summary still answers, quickly, with the stock Redis has and the last
+/// sold figure Postgres gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_answers_from_redis_while_postgres_is_down() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("pgsum", 100, 2, 2)).await;
+    let reserve = |i: usize| {
+        let app = &app;
+        async move {
+            let token = app.admit(&format!("acct-{i}"), "pgsum");
+            let (status, body, _) = app
+                .reserve(
+                    "pgsum",
+                    Some(&token),
+                    Some(&format!("k-{i}")),
+                    r#"{"qty":1}"#,
+                )
+                .await;
+            assert_eq!(status, 202, "{body}");
+        }
+    };
+    reserve(0).await;
+    let (status, body) = app.get("/api/sales/pgsum", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["units_available"], 99);
+
+    postgres_down(&app, true).await;
+    for i in 1..=5 {
+        reserve(i).await;
+    }
+    // Past the summary's 1 s cache, so it is computed anew without Postgres.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        let (status, body) = app.get("/api/sales/pgsum", None).await;
+        let took = t0.elapsed();
+        assert_eq!(
+            status, 200,
+            "the summary answers while Postgres is down: {body}"
+        );
+        assert!(
+            took < Duration::from_millis(500),
+            "the summary took {took:?}: the edge would read it as a silent origin"
+        );
+        assert_eq!(body["units_available"], 94, "{body}");
+        assert_eq!(body["sold_out"], false);
+        assert!(body["health"].is_object(), "{body}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    postgres_down(&app, false).await;
+}

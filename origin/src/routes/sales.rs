@@ -19,6 +19,38 @@ use crate::startup::AppState;
 /// How long a computed summary is served from memory.
 pub const SUMMARY_TTL: Duration = Duration::from_secs(1);
 
+/// How long the summary waits for Postgres' sold figure. The edge admits by
+/// the summary and reads a summary it cannot get within its own timeout as
+/// a silent origin (the frontier freezes); the origin sells from Redis
+/// while Postgres is down, so Postgres must not make the summary late.
+pub const SOLD_READ_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Units Postgres has sold, and whether the figure is the last one it gave
+/// (Postgres down or slow) rather than a fresh one.
+async fn sold_units(app: &AppState, sale: &str) -> (i64, bool) {
+    let read = sqlx::query_scalar::<_, i32>("SELECT sold FROM inventory WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_optional(&app.pool);
+    match tokio::time::timeout(SOLD_READ_TIMEOUT, read).await {
+        Ok(Ok(sold)) => {
+            let sold = sold.map(i64::from).unwrap_or(0);
+            app.last_sold.insert(sale.to_string(), sold).await;
+            (sold, false)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(sale, error = %e, "summary: Postgres did not give the sold figure; using the last one");
+            (app.last_sold.get(sale).await.unwrap_or(0), true)
+        }
+        Err(_) => {
+            tracing::warn!(
+                sale,
+                "summary: Postgres too slow for the sold figure; using the last one"
+            );
+            (app.last_sold.get(sale).await.unwrap_or(0), true)
+        }
+    }
+}
+
 pub async fn summary(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
@@ -57,12 +89,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
             .await?;
         available += stock.unwrap_or(0).max(0);
     }
-    let sold: i64 = sqlx::query_scalar::<_, i32>("SELECT sold FROM inventory WHERE sale_id = $1")
-        .bind(&cfg.id)
-        .fetch_optional(&app.pool)
-        .await?
-        .map(i64::from)
-        .unwrap_or(0);
+    let (sold, sold_stale) = sold_units(app, &cfg.id).await;
     let total = i64::from(cfg.units_total);
     let available = available.min(total);
     let sold = sold.min(total - available);
@@ -86,6 +113,9 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "units_available": available,
         "units_held": held,
         "units_sold": sold,
+        // Postgres did not answer in time: `units_sold` (and so `units_held`)
+        // is the last figure it gave; `units_available` is Redis's, live.
+        "units_sold_stale": sold_stale,
         "percent_sold": percent_sold,
         "sold_out": sold_out,
         "phase": phase,
