@@ -281,6 +281,7 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
         join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
+        currency: origin::sales::DEFAULT_CURRENCY.into(),
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)

@@ -187,6 +187,10 @@ pub struct CreateArgs {
     /// 1000 (each a rate-limiting binding of the edge), or 0 for no limit.
     #[arg(long, default_value_t = sales::DEFAULT_JOIN_LIMIT)]
     pub join_limit: i32,
+    /// ISO 4217 code of the price's currency (the queue page shows prices
+    /// in it).
+    #[arg(long, default_value = sales::DEFAULT_CURRENCY)]
+    pub currency: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -386,6 +390,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 admission_p99_ms: a.admission_p99_ms,
                 bot_check: a.bot_check,
                 join_limit: a.join_limit,
+                currency: a.currency,
             };
             let sale =
                 sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;

@@ -56,6 +56,8 @@ pub struct SaleConfig {
     pub bot_check: String,
     /// Joins the edge accepts per address per minute in this sale.
     pub join_limit: i32,
+    /// ISO 4217 code of `price_cents`' currency (the page formats prices in it).
+    pub currency: String,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -304,7 +306,7 @@ impl SaleRegistry {
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms, bot_check, join_limit";
+     admission_p99_ms, bot_check, join_limit, currency";
 
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
@@ -354,6 +356,8 @@ pub struct SaleSpec {
     pub bot_check: String,
     /// Joins per address per minute, one of [`JOIN_LIMITS`] (0: no limit).
     pub join_limit: i32,
+    /// ISO 4217 currency code of the price (see [`valid_currency`]).
+    pub currency: String,
 }
 
 /// Highest proof-of-work difficulty a sale may ask for (the edge's
@@ -385,6 +389,16 @@ pub fn valid_bot_check(text: &str) -> bool {
         }),
     }
 }
+
+/// Whether `code` looks like an ISO 4217 currency code: three ASCII
+/// capitals (the page hands it to `Intl.NumberFormat`, which refuses
+/// anything else; which codes exist is the shop's business).
+pub fn valid_currency(code: &str) -> bool {
+    code.len() == 3 && code.bytes().all(|c| c.is_ascii_uppercase())
+}
+
+/// The currency of a sale created without `--currency`.
+pub const DEFAULT_CURRENCY: &str = "EUR";
 
 /// Most queue shards a sale may have (the edge's `shards::MAX_SHARDS`).
 pub const MAX_QUEUE_SHARDS: i32 = 256;
@@ -453,6 +467,9 @@ impl SaleSpec {
         }
         if self.price_cents < 0 {
             return bad("--price-cents must not be negative");
+        }
+        if !valid_currency(&self.currency) {
+            return bad("--currency must be an ISO 4217 code such as EUR, USD or VND");
         }
         if self.ends_at.is_some_and(|e| e <= self.starts_at) {
             return bad("--ends-at must be after --starts-at");
@@ -601,8 +618,8 @@ pub async fn create_sale(
     let inserted = sqlx::query(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
                             starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
-                            queue_shards, admission_p99_ms, bot_check, join_limit)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                            queue_shards, admission_p99_ms, bot_check, join_limit, currency)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -621,6 +638,7 @@ pub async fn create_sale(
     .bind(spec.admission_p99_ms)
     .bind(&spec.bot_check)
     .bind(spec.join_limit)
+    .bind(&spec.currency)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -684,6 +702,7 @@ mod tests {
             admission_p99_ms: 50.0,
             bot_check: "none".into(),
             join_limit: DEFAULT_JOIN_LIMIT,
+            currency: DEFAULT_CURRENCY.into(),
         }
     }
 
@@ -794,6 +813,20 @@ mod tests {
                     ..spec()
                 },
                 "--price-cents",
+            ),
+            (
+                SaleSpec {
+                    currency: "eur".into(),
+                    ..spec()
+                },
+                "--currency",
+            ),
+            (
+                SaleSpec {
+                    currency: "EURO".into(),
+                    ..spec()
+                },
+                "--currency",
             ),
             (
                 SaleSpec {

@@ -391,3 +391,66 @@ async fn queue_shards_are_checked_published_and_fixed() {
     let (_, body) = app.get("/api/sales/q8", None).await;
     assert_eq!(body["queue"]["shards"], 8, "unchanged");
 }
+
+/// Issue 14: a sale's price carries its currency (ISO 4217), checked at
+/// creation and published in the summary, so the queue page formats the
+/// price in it rather than in a build setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_currency_is_checked_and_published_in_the_summary() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let redis = redis_url();
+    let env = [
+        ("DATABASE_URL", app.db.url.as_str()),
+        ("REDIS_URL", redis.as_str()),
+        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
+    ];
+    let create = |sale: &str, extra: &[&str]| {
+        let mut args = vec![
+            "sale",
+            "create",
+            "--sale",
+            sale,
+            "--name",
+            "C",
+            "--units",
+            "10",
+            "--per-user-limit",
+            "1",
+            "--shards",
+            "1",
+            "--starts-at",
+            "now",
+            "--price-cents",
+            "2500000",
+        ];
+        args.extend_from_slice(extra);
+        origin(&args, &env)
+    };
+    for bad in [
+        "--currency=vnd",
+        "--currency=EURO",
+        "--currency=",
+        "--currency=E1R",
+    ] {
+        let out = create("cbad", &[bad]);
+        assert_eq!(out.status.code(), Some(1), "{bad}: {}", text(&out));
+        assert!(text(&out).contains("--currency"), "{}", text(&out));
+    }
+    let out = origin(&["sale", "show", "--sale", "cbad"], &env);
+    assert!(!out.status.success(), "nothing was written: {}", text(&out));
+
+    let out = create("cvnd", &["--currency", "VND"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = create("cdef", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (status, body) = app.get("/api/sales/cvnd", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["currency"], "VND");
+    assert_eq!(body["price_cents"], 2_500_000);
+    let (_, body) = app.get("/api/sales/cdef", None).await;
+    assert_eq!(body["currency"], "EUR", "default");
+}

@@ -141,5 +141,6 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "queue": {"shards": cfg.queue_shards},
         "bot_check": cfg.bot_check,
         "join_limit": cfg.join_limit,
+        "currency": cfg.currency,
     }))
 }
