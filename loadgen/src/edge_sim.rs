@@ -70,6 +70,20 @@ pub struct EdgeArgs {
     /// Edge mode: seconds between report samples.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) sample_seconds: f64,
+    /// Edge mode: share of admitted people who close the tab at once: they
+    /// stop polling and never reserve (the edge closes such a turn after
+    /// 30 s unseen and admits the next person).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) walk_away_admitted: f64,
+    /// Edge mode: the origin stops answering this many seconds after the
+    /// sale's start (SIGSTOP to `--origin-pid`), for `--outage-seconds`.
+    #[arg(long)]
+    pub(crate) outage_at: Option<f64>,
+    #[arg(long, default_value_t = 15.0)]
+    pub(crate) outage_seconds: f64,
+    /// The origin's process id, for `--outage-at`.
+    #[arg(long)]
+    pub(crate) origin_pid: Option<u32>,
 }
 
 #[derive(Default)]
@@ -94,6 +108,14 @@ struct Counters {
     left_sold_out: AtomicU64,
     left_closed: AtomicU64,
     left_other: AtomicU64,
+    /// Admitted people who closed the tab (`--walk-away-admitted`).
+    abandoned_turns: AtomicU64,
+    /// Admitted people who wanted to reserve and whose window ended before
+    /// any answer but 429/503/no answer (or whose turn was closed while
+    /// they were checking out): places burned.
+    windows_burned: AtomicU64,
+    /// Of those, turns the edge closed while the person was polling.
+    closed_while_checking_out: AtomicU64,
 }
 
 struct Stats {
@@ -152,7 +174,7 @@ struct Answer {
     body: Value,
 }
 
-#[derive(Serialize, Clone)]
+#[derive(Serialize, serde::Deserialize, Clone)]
 struct EdgeSample {
     t: f64,
     arrived: u64,
@@ -173,6 +195,12 @@ struct EdgeSample {
     /// The origin's `flashsale_reservation_requests_total` since the run began.
     origin_reservation_requests: u64,
     in_flight: i64,
+    /// The edge's admission rate now (the controller's; 0 while frozen is
+    /// shown by `frozen`).
+    #[serde(default)]
+    admission_rate: f64,
+    #[serde(default)]
+    frozen: bool,
 }
 
 fn record_latency(s: &Edge, kind: &'static str, us: u64, status: u16) {
@@ -279,8 +307,109 @@ async fn sleep_or_stop(s: &Edge, d: Duration) -> bool {
 }
 
 enum Outcome {
-    Admitted(String),
+    /// The answer that admitted them (token, window end, poll pace).
+    Admitted(Value),
     Left,
+}
+
+/// An admitted person's turn while they check out: what their status polls
+/// (which keep the turn alive, as the page's do) last said.
+struct Turn {
+    ticket: Mutex<String>,
+    /// The admit token: re-minted at each poll, following the window
+    /// (extended while the frontier is frozen).
+    admit: Mutex<String>,
+    window_end_ms: AtomicU64,
+    poll_after_ms: AtomicU64,
+    closed: AtomicBool,
+    done: AtomicBool,
+}
+
+impl Turn {
+    fn new(ticket: &str, admitted: &Value) -> Self {
+        Turn {
+            ticket: Mutex::new(ticket.to_string()),
+            admit: Mutex::new(
+                admitted["admission_token"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+            window_end_ms: AtomicU64::new(
+                admitted["window_ends_at_ms"]
+                    .as_u64()
+                    .unwrap_or_else(|| wall_ms() + 120_000),
+            ),
+            poll_after_ms: AtomicU64::new(admitted["poll_after_ms"].as_u64().unwrap_or(10_000)),
+            closed: AtomicBool::new(false),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    fn admit(&self) -> String {
+        self.admit.lock().expect("admit").clone()
+    }
+
+    fn window_open(&self) -> bool {
+        wall_ms() < self.window_end_ms.load(Ordering::Relaxed)
+    }
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Polls the queue while the person checks out, as the page does (every
+/// `poll_after_ms`, ≤ 10 s while admitted): the edge sees them, so the turn
+/// is not closed as abandoned, and a fresh admit token and window end come
+/// back. Ends when the checkout does, or when the turn is closed.
+async fn keep_turn(s: &Edge, turn: &Turn) {
+    let url = format!("{}/api/sales/{}/queue", s.edge, s.args.sale);
+    loop {
+        let wait = Instant::now()
+            + Duration::from_millis(
+                turn.poll_after_ms
+                    .load(Ordering::Relaxed)
+                    .clamp(500, 10_000),
+            );
+        while Instant::now() < wait {
+            if turn.done.load(Ordering::Relaxed) || s.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ticket = turn.ticket.lock().expect("ticket").clone();
+        s.c.polls.fetch_add(1, Ordering::Relaxed);
+        let a = call(
+            s,
+            "poll",
+            Some(&s.queue_slots),
+            s.client.get(&url).bearer_auth(&ticket),
+        )
+        .await;
+        if a.status != 200 {
+            continue;
+        }
+        if let Some(t) = a.body["ticket"].as_str() {
+            *turn.ticket.lock().expect("ticket") = t.to_string();
+        }
+        if let Some(t) = a.body["admission_token"].as_str() {
+            *turn.admit.lock().expect("admit") = t.to_string();
+        }
+        if let Some(end) = a.body["window_ends_at_ms"].as_u64() {
+            turn.window_end_ms.store(end, Ordering::Relaxed);
+        }
+        if let Some(p) = a.body["poll_after_ms"].as_u64() {
+            turn.poll_after_ms.store(p, Ordering::Relaxed);
+        }
+        if a.body["status"] == "closed" {
+            turn.closed.store(true, Ordering::Relaxed);
+            return;
+        }
+    }
 }
 
 /// One person: arrive, join, poll as told, and check out when admitted.
@@ -337,7 +466,7 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
         note_status(&s, &status);
         match status.as_str() {
             "admitted" => match body["admission_token"].as_str() {
-                Some(t) => break Outcome::Admitted(t.to_string()),
+                Some(_) => break Outcome::Admitted(body),
                 None => {
                     s.c.errors.fetch_add(1, Ordering::Relaxed);
                     s.c.left_other.fetch_add(1, Ordering::Relaxed);
@@ -422,14 +551,26 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
             let _ = st.polls_per_admitted.record(polls);
         }
     }
-    if let Outcome::Admitted(admit) = outcome {
+    if let Outcome::Admitted(admitted) = outcome {
         s.c.admitted_seen.fetch_add(1, Ordering::Relaxed);
-        checkout(&s, &account, &admit).await;
+        if rand::rng().random_bool(s.args.edge.walk_away_admitted.clamp(0.0, 1.0)) {
+            // The tab is closed: no more polls, no reservation.
+            s.c.abandoned_turns.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let turn = Turn::new(&ticket, &admitted);
+        let shop = async {
+            checkout(&s, &turn).await;
+            turn.done.store(true, Ordering::Relaxed);
+        };
+        tokio::join!(shop, keep_turn(&s, &turn));
     }
 }
 
-/// Reserve with the admit token, then pay, cancel or walk away.
-async fn checkout(s: &Edge, _account: &str, admit: &str) {
+/// Reserve with the admit token (retrying 429/503/no answer as the page
+/// does — after `Retry-After`, at least 1 s — while the window is open),
+/// then pay, cancel or walk away.
+async fn checkout(s: &Edge, turn: &Turn) {
     let qty = if rand::rng().random_bool(s.args.multi) {
         s.args.per_user_limit
     } else {
@@ -437,9 +578,18 @@ async fn checkout(s: &Edge, _account: &str, admit: &str) {
     };
     let key = uuid::Uuid::new_v4().simple().to_string();
     let url = format!("{}/api/sales/{}/reservations", s.edge, s.args.sale);
-    let mut held: Option<(String, i64)> = None;
-    for attempt in 0..4u32 {
+    let (id, got) = loop {
         if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        if turn.closed.load(Ordering::Relaxed) {
+            s.c.closed_while_checking_out
+                .fetch_add(1, Ordering::Relaxed);
+            s.c.windows_burned.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !turn.window_open() {
+            s.c.windows_burned.fetch_add(1, Ordering::Relaxed);
             return;
         }
         s.c.reserve_requests.fetch_add(1, Ordering::Relaxed);
@@ -449,21 +599,20 @@ async fn checkout(s: &Edge, _account: &str, admit: &str) {
             Some(&s.checkout_slots),
             s.client
                 .post(&url)
-                .bearer_auth(admit)
+                .bearer_auth(turn.admit())
                 .header("Idempotency-Key", &key)
                 .json(&json!({"qty": qty})),
         )
         .await;
         match a.status {
             202 => {
-                held = Some((
+                break (
                     a.body["reservation_id"]
                         .as_str()
                         .unwrap_or_default()
                         .to_string(),
                     a.body["qty"].as_i64().unwrap_or(0),
-                ));
-                break;
+                );
             }
             410 => {
                 if a.edge_sold_out {
@@ -479,17 +628,25 @@ async fn checkout(s: &Edge, _account: &str, admit: &str) {
             }
             429 | 503 | 0 => {
                 s.c.retried.fetch_add(1, Ordering::Relaxed);
-                let wait = a.retry_after.map(|r| r * 1000).unwrap_or(200u64 << attempt);
-                tokio::time::sleep(Duration::from_millis(wait)).await;
+                let wait = a.retry_after.unwrap_or(0).saturating_mul(1000).max(1000);
+                let jitter = rand::rng().random_range(0..=wait / 4);
+                tokio::time::sleep(Duration::from_millis(wait + jitter)).await;
+            }
+            401 if turn.window_open() => {
+                // A token that ran out while the window went on (extended
+                // by a freeze): the next status poll brings a fresh one.
+                s.c.retried.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+            }
+            401 => {
+                s.c.windows_burned.fetch_add(1, Ordering::Relaxed);
+                return;
             }
             _ => {
                 s.c.errors.fetch_add(1, Ordering::Relaxed);
                 return;
             }
         }
-    }
-    let Some((id, got)) = held else {
-        return;
     };
     s.c.holds.fetch_add(1, Ordering::Relaxed);
     s.c.holding_units.fetch_add(got, Ordering::Relaxed);
@@ -497,7 +654,7 @@ async fn checkout(s: &Edge, _account: &str, admit: &str) {
     let think = Duration::from_millis(rand::rng().random_range(200..1500));
     tokio::time::sleep(think).await;
     if roll < s.args.pay {
-        if pay(s, &id, admit).await.unwrap_or(false) {
+        if pay(s, &id, &turn.admit()).await.unwrap_or(false) {
             s.c.holding_units.fetch_sub(got, Ordering::Relaxed);
             s.c.paid_units.fetch_add(got, Ordering::Relaxed);
         }
@@ -508,7 +665,7 @@ async fn checkout(s: &Edge, _account: &str, admit: &str) {
             Some(&s.checkout_slots),
             s.client
                 .delete(format!("{}/api/reservations/{id}", s.edge))
-                .bearer_auth(admit),
+                .bearer_auth(turn.admit()),
         )
         .await;
         if (200..300).contains(&a.status) {
@@ -606,8 +763,28 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             && args.edge.checkout_in_flight >= 1,
         "in-flight bounds must be at least 1"
     );
+    anyhow::ensure!(
+        args.edge.outage_at.is_none() || args.edge.origin_pid.is_some(),
+        "--outage-at needs --origin-pid"
+    );
+    anyhow::ensure!(
+        (0.0..=60.0).contains(&args.edge.outage_seconds),
+        "--outage-seconds: 0 to 60"
+    );
     let state = crate::sim::create_sim_sale(&args, "Simulated sale through the edge").await?;
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
+    // The outage: the origin stopped (SIGSTOP: connections are accepted
+    // and never answered, the worst kind of down), then continued.
+    let outage = args.edge.outage_at.zip(args.edge.origin_pid);
+    let outage_task = outage.map(|(at, pid)| {
+        let secs = args.edge.outage_seconds;
+        tokio::spawn(async move {
+            tokio::time::sleep_until((t_start + Duration::from_secs_f64(at.max(0.0))).into()).await;
+            signal(pid, "STOP");
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            signal(pid, "CONT");
+        })
+    });
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
@@ -713,6 +890,8 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
                 edge_reserve_requests: c.reserve_requests.load(Ordering::Relaxed),
                 origin_reservation_requests: last_origin.saturating_sub(metrics_before),
                 in_flight: shared.in_flight.load(Ordering::Relaxed),
+                admission_rate: q["admission_rate"].as_f64().unwrap_or(0.0),
+                frozen: q["frozen"] == true,
             });
         }
         let paid = c.paid_units.load(Ordering::Relaxed);
@@ -740,6 +919,11 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         }
     }
     shared.stop.store(true, Ordering::Relaxed);
+    if let (Some(task), Some((_, pid))) = (outage_task, outage) {
+        // Never leave the origin stopped, however the run ended.
+        task.abort();
+        signal(pid, "CONT");
+    }
     bar.finish();
     // Let checkouts in flight finish (bounded), then stop the rest.
     let grace = Instant::now() + Duration::from_secs(15);
@@ -815,6 +999,32 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         }
     }
     let origin_total = metrics_after.saturating_sub(metrics_before);
+    // Time to sell out: the edge's summary first says sold out (every
+    // unit held or paid), and every unit is paid.
+    let sold_out_at = samples
+        .iter()
+        .find(|s| s.t >= 0.0 && s.sold_out)
+        .map(|s| s.t);
+    let all_paid_at = samples
+        .iter()
+        .find(|s| s.paid_units >= i64::from(args.units))
+        .map(|s| s.t);
+    let frozen_seconds = samples
+        .windows(2)
+        .filter(|w| w[0].frozen)
+        .map(|w| w[1].t - w[0].t)
+        .sum::<f64>();
+    let scenario = json!({
+        "admission_control": std::env::var("EDGE_ADMISSION_CONTROL").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "adaptive".into()),
+        "walk_away_admitted_share": args.edge.walk_away_admitted,
+        "outage": args.edge.outage_at.map(|at| json!({"at": at, "seconds": args.edge.outage_seconds})),
+        "abandoned_turns": c.abandoned_turns.load(Ordering::Relaxed),
+        "windows_burned": c.windows_burned.load(Ordering::Relaxed),
+        "closed_while_checking_out": c.closed_while_checking_out.load(Ordering::Relaxed),
+        "sold_out_at_s": sold_out_at,
+        "all_paid_at_s": all_paid_at,
+        "frontier_frozen_s": frozen_seconds,
+    });
     let st = shared.stats.lock().expect("stats");
     let latency: BTreeMap<&str, Value> = st
         .latency
@@ -904,6 +1114,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     if let (Some(r), Value::Object(more)) = (report.as_object_mut(), rates) {
         r.extend(more);
     }
+    report["scenario"] = scenario;
 
     drop(st);
     std::fs::create_dir_all(&args.output)?;
@@ -926,9 +1137,10 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         .collect();
     crate::sim::chart(&chart_samples, args.admission_rate, &format!("{base}.svg"))?;
     let summary = format!(
-        "{}\n{}",
+        "{}\n{}\nscenario: {}",
         crate::sim::summary_text(&report),
-        edge_text(&report)
+        edge_text(&report),
+        report["scenario"]
     );
     std::fs::write(format!("{base}.txt"), &summary)?;
     println!("{summary}");
@@ -938,6 +1150,147 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "an invariant failed: {}",
         report["invariants"]
     );
+    Ok(())
+}
+
+/// Sends a signal to a process through `kill` (no unsafe code here).
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("loadgen: kill -{sig} {pid} failed");
+    }
+}
+
+/// Arguments of `loadgen compare`.
+#[derive(Args)]
+pub struct CompareArgs {
+    /// `label=report.json` (a `loadgen sale --edge` report), two or more.
+    #[arg(long = "run", required = true)]
+    runs: Vec<String>,
+    /// The SVG to write.
+    #[arg(long)]
+    out: String,
+}
+
+/// One chart of several edge runs of the same sale shape: units paid and
+/// places admitted over time, the outage shaded; and a table on stdout.
+pub fn compare(a: CompareArgs) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let mut runs: Vec<(String, Value, Vec<EdgeSample>)> = Vec::new();
+    for r in &a.runs {
+        let (label, path) = r.split_once('=').context("--run label=path")?;
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).context(path.to_string())?)?;
+        let samples: Vec<EdgeSample> = serde_json::from_value(v["samples"].clone())?;
+        runs.push((label.to_string(), v["report"].clone(), samples));
+    }
+    println!(
+        "| run | sold out (s) | all paid (s) | windows burned | turns abandoned | frontier frozen (s) | origin reservation requests | invariants |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (label, r, _) in &runs {
+        let sc = &r["scenario"];
+        println!(
+            "| {label} | {} | {} | {} | {} | {:.0} | {} | {} |",
+            sc["sold_out_at_s"],
+            sc["all_paid_at_s"],
+            sc["windows_burned"],
+            sc["abandoned_turns"],
+            sc["frontier_frozen_s"].as_f64().unwrap_or(0.0),
+            r["origin_reservation_requests_total"],
+            if r["invariants"]["all_hold"] == true {
+                "hold"
+            } else {
+                "FAILED"
+            },
+        );
+    }
+    let t1 = runs
+        .iter()
+        .flat_map(|(_, _, s)| s.last().map(|x| x.t))
+        .fold(1.0, f64::max);
+    let ymax = runs
+        .iter()
+        .flat_map(|(_, _, s)| {
+            s.iter()
+                .map(|x| x.edge_admitted.max(x.paid_units.max(0) as u64))
+        })
+        .max()
+        .unwrap_or(1) as f64;
+    let root = SVGBackend::new(&a.out, (960, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Admitted places and units paid; origin stopped in the grey band",
+            ("sans-serif", 20),
+        )
+        .margin(16)
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t1, 0.0..ymax * 1.1)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds from the sale's start")
+        .y_desc("places / units")
+        .draw()?;
+    if let Some(o) = runs
+        .first()
+        .map(|(_, r, _)| &r["scenario"]["outage"])
+        .filter(|o| o.is_object())
+    {
+        let at = o["at"].as_f64().unwrap_or(0.0);
+        let secs = o["seconds"].as_f64().unwrap_or(0.0);
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(at, 0.0), (at + secs, ymax * 1.1)],
+            RGBColor(220, 220, 220).filled(),
+        )))?;
+    }
+    let colors = [
+        RGBColor(214, 39, 40),
+        RGBColor(31, 119, 180),
+        RGBColor(44, 160, 44),
+        RGBColor(148, 103, 189),
+    ];
+    for (i, (label, _, samples)) in runs.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let pts = |f: fn(&EdgeSample) -> f64| -> Vec<(f64, f64)> {
+            samples
+                .iter()
+                .filter(|s| s.t >= 0.0)
+                .map(|s| (s.t, f(s)))
+                .collect()
+        };
+        chart
+            .draw_series(LineSeries::new(
+                pts(|s| s.edge_admitted as f64),
+                color.stroke_width(1),
+            ))?
+            .label(format!("{label}: places admitted"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(1))
+            });
+        chart
+            .draw_series(LineSeries::new(
+                pts(|s| s.paid_units as f64),
+                color.stroke_width(3),
+            ))?
+            .label(format!("{label}: units paid"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    println!("chart: {}", a.out);
     Ok(())
 }
 

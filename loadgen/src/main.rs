@@ -32,6 +32,9 @@ enum Command {
     BenchSettle(bench::BenchSettleArgs),
     /// Prints admit tokens (one per line) for load tools such as wrk.
     Tokens(bench::TokensArgs),
+    /// One chart and table of several edge-mode sale reports (e.g. the
+    /// outage scenario with a fixed and with an adaptive admission rate).
+    Compare(edge_sim::CompareArgs),
 }
 
 /// Refuses any target that is not on this machine.
@@ -56,6 +59,7 @@ async fn main() -> std::process::ExitCode {
         Command::BenchOrigin(a) => bench::bench_origin(a).await,
         Command::BenchSettle(a) => bench::bench_settle(a).await,
         Command::Tokens(a) => bench::tokens(a),
+        Command::Compare(a) => edge_sim::compare(a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
