@@ -10,7 +10,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 use origin::configuration::Settings;
 use origin::sales::SaleSpec;
-use origin::startup::AppState;
+use origin::state::AppState;
 use serde_json::json;
 use token::{Claims, KeyRing, TokenType};
 

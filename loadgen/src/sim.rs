@@ -23,7 +23,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use origin::configuration::Settings;
 use origin::sales::SaleSpec;
-use origin::startup::AppState;
+use origin::state::AppState;
 use rand::Rng;
 use rand::seq::SliceRandom;
 use redis::AsyncCommands;

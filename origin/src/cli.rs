@@ -6,8 +6,10 @@ use clap::{Args, Parser, Subcommand};
 use secrecy::ExposeSecret;
 
 use crate::configuration::{self, Settings};
+use crate::db;
 use crate::sales::{self, SaleSpec};
-use crate::startup::{self, AppState, Application, Workers};
+use crate::startup::{self, Application, Workers};
+use crate::state::AppState;
 use crate::{store, telemetry};
 
 #[derive(Parser, Debug)]
@@ -326,9 +328,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let amount = match amount_cents {
                 Some(a) => a,
                 None => {
-                    let pool = startup::pg_pool(
+                    let pool = db::pg_pool(
                         configuration::database_url()?.expose_secret(),
-                        startup::CLI_POOL_SIZE,
+                        db::CLI_POOL_SIZE,
                     )?;
                     sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
                         .bind(&payment)
@@ -357,20 +359,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::Check { connect }) => config_check(connect).await,
         Command::Healthcheck { url } => healthcheck(url).await,
         Command::Migrate => {
-            let pool = startup::pg_pool(
+            let pool = db::pg_pool(
                 configuration::database_url()?.expose_secret(),
-                startup::CLI_POOL_SIZE,
+                db::CLI_POOL_SIZE,
             )?;
-            startup::migrate(&pool).await?;
+            db::migrate(&pool).await?;
             println!("migrations applied");
             Ok(())
         }
         Command::Sale(SaleCommand::Create(a)) => {
-            let pool = startup::pg_pool(
+            let pool = db::pg_pool(
                 configuration::database_url()?.expose_secret(),
-                startup::CLI_POOL_SIZE,
+                db::CLI_POOL_SIZE,
             )?;
-            startup::migrate_or_check(&pool, configuration::auto_migrate()?).await?;
+            db::migrate_or_check(&pool, configuration::auto_migrate()?).await?;
             let mut conn = store::connect(&configuration::redis_target()?)
                 .await
                 .context("connecting to Redis")?;
@@ -501,12 +503,12 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// Reaches Postgres (and reads which migrations are applied) and Redis.
 async fn connections(settings: &Settings) -> Vec<(&'static str, anyhow::Result<String>)> {
     let pg = async {
-        let pool = startup::pg_pool(settings.database_url(), startup::CLI_POOL_SIZE)?;
-        let pending = tokio::time::timeout(CONNECT_TIMEOUT, startup::pending_migrations(&pool))
+        let pool = db::pg_pool(settings.database_url(), db::CLI_POOL_SIZE)?;
+        let pending = tokio::time::timeout(CONNECT_TIMEOUT, db::pending_migrations(&pool))
             .await
             .context("timed out")?
             .context("cannot query Postgres")?;
-        let known = startup::migrator().iter().count();
+        let known = db::migrator().iter().count();
         anyhow::ensure!(
             pending == 0,
             "{pending} of {known} migrations not applied: run `origin migrate`"
@@ -563,9 +565,9 @@ async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
 }
 
 async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Result<()> {
-    let pool = startup::pg_pool(
+    let pool = db::pg_pool(
         configuration::database_url()?.expose_secret(),
-        startup::CLI_POOL_SIZE,
+        db::CLI_POOL_SIZE,
     )?;
     let changed = sales::change_sale(&pool, sale, change).await?;
     println!("{}", serde_json::to_string_pretty(&changed)?);
@@ -575,9 +577,9 @@ async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Res
 /// `origin sale show`: one look at a sale from both stores.
 async fn show_sale(id: &str) -> anyhow::Result<()> {
     use redis::AsyncCommands;
-    let pool = startup::pg_pool(
+    let pool = db::pg_pool(
         configuration::database_url()?.expose_secret(),
-        startup::CLI_POOL_SIZE,
+        db::CLI_POOL_SIZE,
     )?;
     let prefix = configuration::key_prefix()?;
     let registry = sales::SaleRegistry::new(pool.clone(), prefix);

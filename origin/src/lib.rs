@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod cli;
 pub mod configuration;
+pub mod db;
 pub mod error;
 pub mod load;
 pub mod outbox;
@@ -15,6 +16,7 @@ pub mod routes;
 pub mod sales;
 pub mod settlement;
 pub mod startup;
+pub mod state;
 pub mod store;
 pub mod sweep;
 pub mod telemetry;

@@ -663,7 +663,7 @@ pub async fn create_sale(
         if !ok {
             return Err(CreateError::RedisKeysExist(spec.id.clone()));
         }
-        crate::settlement::ensure_group(conn, k).await?;
+        crate::store::ensure_group(conn, k).await?;
     }
     tx.commit().await?;
     load_sale(pool, &spec.id)

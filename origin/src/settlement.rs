@@ -42,8 +42,7 @@ use crate::reservations::Engine;
 use crate::sales::{Sale, SaleRegistry};
 use crate::store::ShardKeys;
 
-/// The consumer group every settlement worker joins.
-pub const GROUP: &str = "settlement";
+use crate::store::GROUP;
 
 /// Tuning of one worker.
 #[derive(Debug, Clone)]
@@ -261,7 +260,7 @@ impl Settler {
     }
 
     async fn ensure_group(&self, keys: &ShardKeys) -> redis::RedisResult<()> {
-        ensure_group(&mut self.engine.conn.clone(), keys).await
+        crate::store::ensure_group(&mut self.engine.conn.clone(), keys).await
     }
 
     /// Reads and settles one batch of new entries from one shard.
@@ -686,18 +685,6 @@ async fn take_units(
     .execute(&mut **tx)
     .await?;
     Ok(r.rows_affected() == 1)
-}
-
-/// Creates the shard's consumer group (and stream) unless it exists.
-pub async fn ensure_group(
-    conn: &mut crate::store::RedisConn,
-    keys: &ShardKeys,
-) -> redis::RedisResult<()> {
-    let r: redis::RedisResult<()> = conn.xgroup_create_mkstream(&keys.stream, GROUP, "0").await;
-    match r {
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-        other => other,
-    }
 }
 
 /// Settlement lag of a sale: entries in its streams not yet settled.

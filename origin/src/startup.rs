@@ -1,117 +1,20 @@
-//! Building and running the origin: connections, shared state, the HTTP
-//! server on its listener, the background workers, and graceful shutdown
-//! (SIGINT/SIGTERM: stop accepting, finish in-flight requests, then stop the
-//! workers cleanly, all within a bounded grace).
+//! Building and running the origin: the HTTP server on its listener (the
+//! state it serves is [`crate::state`]), the background workers, and
+//! graceful shutdown (SIGINT/SIGTERM: stop accepting, finish in-flight
+//! requests, then stop the workers cleanly, all within a bounded grace).
+//!
+//! Imports flow one way: `startup` → `routes` → `state` → the domain
+//! modules (`settlement` → `reservations` → `sales` → `store`).
 
 use std::future::IntoFuture;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use metrics_exporter_prometheus::PrometheusHandle;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::configuration::Settings;
-use crate::reservations::Engine;
-use crate::sales::SaleRegistry;
-use crate::settlement::{SettleConfig, Settler};
-use crate::store::{self, Scripts};
-use crate::{outbox, reconcile, routes, sweep, telemetry};
-
-/// Shared by every request handler.
-#[derive(Clone)]
-pub struct AppState(Arc<Inner>);
-
-pub struct Inner {
-    pub pool: PgPool,
-    pub engine: Arc<Engine>,
-    pub sales: Arc<SaleRegistry>,
-    pub user_keys: token::KeyRing,
-    pub admission_keys: token::KeyRing,
-    pub in_flight: Semaphore,
-    /// Sale summaries, computed once per sale per TTL however many ask
-    /// (single flight), bounded.
-    pub summaries: moka::future::Cache<String, serde_json::Value>,
-    /// The last sold figure Postgres gave per sale, for summaries while it
-    /// is down (bounded like the sale caches).
-    pub last_sold: moka::future::Cache<String, i64>,
-    /// This replica's load signal for the edge's admission controller.
-    pub load: crate::load::LoadWindow,
-    pub metrics: PrometheusHandle,
-    pub settings: Settings,
-    /// The port `serve` is bound to (the dev payment provider posts to it).
-    pub bound_port: std::sync::OnceLock<u16>,
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
-        &self.0
-    }
-}
-
-impl AppState {
-    /// The HTTP port, once bound.
-    pub fn port(&self) -> u16 {
-        self.bound_port.get().copied().unwrap_or(0)
-    }
-
-    /// Connects to Postgres (and migrates) and Redis; binds nothing (the
-    /// worker-only subcommands use this too).
-    pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
-        let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
-        migrate_or_check(&pool, settings.auto_migrate).await?;
-        let conn = store::connect(&settings.redis)
-            .await
-            .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
-        Ok(AppState(Arc::new(Inner {
-            engine: Arc::new(Engine {
-                conn,
-                scripts: Scripts::load(),
-            }),
-            sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
-            pool,
-            user_keys: settings.user_keys.clone(),
-            admission_keys: settings.admission_keys.clone(),
-            in_flight: Semaphore::new(settings.max_in_flight),
-            summaries: moka::future::Cache::builder()
-                .max_capacity(crate::sales::FIRST_LOAD_CAPACITY)
-                .time_to_live(crate::routes::SUMMARY_TTL)
-                .build(),
-            last_sold: moka::future::Cache::new(crate::sales::FIRST_LOAD_CAPACITY),
-            load: crate::load::LoadWindow::new(),
-            metrics: telemetry::metrics_handle(),
-            settings,
-            bound_port: std::sync::OnceLock::new(),
-        })))
-    }
-
-    /// A settlement worker with a consumer name unique to this process.
-    pub fn settler(&self) -> Arc<Settler> {
-        let mut cfg = SettleConfig::new(consumer_name());
-        cfg.claim_idle = self.settings.settle_claim_idle;
-        Arc::new(Settler::new(
-            self.engine.clone(),
-            self.pool.clone(),
-            self.sales.clone(),
-            cfg,
-        ))
-    }
-}
-
-/// `<host>-<pid>-<random>`: unique per worker, readable in XINFO CONSUMERS.
-pub fn consumer_name() -> String {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "origin".into());
-    format!(
-        "{host}-{}-{}",
-        std::process::id(),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    )
-}
+use crate::state::AppState;
+use crate::{outbox, reconcile, routes, sweep};
 
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]
@@ -136,63 +39,6 @@ impl Workers {
         reconcile: false,
         relay: false,
     };
-}
-
-/// Postgres connections for one-off commands (`migrate`, `sale …`).
-pub const CLI_POOL_SIZE: u32 = 4;
-
-/// Connects to Postgres (lazily: readiness reports it when it is down).
-pub fn pg_pool(url: &str, size: u32) -> anyhow::Result<PgPool> {
-    PgPoolOptions::new()
-        .max_connections(size)
-        .acquire_timeout(Duration::from_secs(2))
-        .connect_lazy(url)
-        .with_context(|| "DATABASE_URL is not a valid Postgres URL")
-}
-
-/// The migrations compiled into the binary (`migrations/`).
-pub fn migrator() -> sqlx::migrate::Migrator {
-    sqlx::migrate!("../migrations")
-}
-
-/// At start: applies the migrations, or with `auto` off only checks that
-/// none is pending (serving roles then need no DDL rights).
-pub async fn migrate_or_check(pool: &PgPool, auto: bool) -> anyhow::Result<()> {
-    if auto {
-        return migrate(pool)
-            .await
-            .context("Postgres must be reachable at start (DATABASE_URL)");
-    }
-    let pending = pending_migrations(pool)
-        .await
-        .context("Postgres must be reachable at start (DATABASE_URL)")?;
-    anyhow::ensure!(
-        pending == 0,
-        "{pending} migration(s) not applied and ORIGIN_AUTO_MIGRATE=0: run `origin migrate` first"
-    );
-    Ok(())
-}
-
-/// How many of the compiled-in migrations the database lacks.
-pub async fn pending_migrations(pool: &PgPool) -> Result<usize, sqlx::Error> {
-    let applied: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(pool)
-            .await
-            .or_else(|e| match e {
-                // No migrations table: nothing was ever applied.
-                sqlx::Error::Database(d) if d.code().as_deref() == Some("42P01") => Ok(Vec::new()),
-                e => Err(e),
-            })?;
-    Ok(migrator()
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-        .count())
-}
-
-/// Applies `migrations/`.
-pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
-    migrator().run(pool).await.context("applying migrations")
 }
 
 /// A built, bound, not yet running origin.

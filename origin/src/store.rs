@@ -273,6 +273,20 @@ pub async fn master_slot_ranges(conn: &mut RedisConn) -> redis::RedisResult<Vec<
     Ok(masters)
 }
 
+/// The consumer group every settlement worker joins.
+pub const GROUP: &str = "settlement";
+
+/// Creates the shard's settlement consumer group (and stream) unless it
+/// exists: at `sale create`, and by a settler that finds it missing.
+pub async fn ensure_group(conn: &mut RedisConn, keys: &ShardKeys) -> redis::RedisResult<()> {
+    use redis::AsyncCommands;
+    let r: redis::RedisResult<()> = conn.xgroup_create_mkstream(&keys.stream, GROUP, "0").await;
+    match r {
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

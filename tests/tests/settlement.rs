@@ -131,7 +131,7 @@ async fn a_worker_dying_between_commit_and_ack_loses_and_doubles_nothing() {
     let mut pending_holds = HashSet::new();
     for k in &sale.shards {
         let pending: redis::streams::StreamPendingCountReply = conn
-            .xpending_count(&k.stream, origin::settlement::GROUP, "-", "+", 1000)
+            .xpending_count(&k.stream, origin::store::GROUP, "-", "+", 1000)
             .await
             .unwrap();
         for p in pending.ids {

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))

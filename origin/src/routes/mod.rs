@@ -5,13 +5,11 @@ mod payments;
 pub(crate) mod reservations;
 mod sales;
 
-pub use sales::SUMMARY_TTL;
-
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use crate::startup::AppState;
+use crate::state::AppState;
 
 /// The origin's HTTP API. `/metrics` is here unless an admin address
 /// (`ORIGIN_METRICS_ADDR`) serves it apart ([`admin_router`]).

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::payments::{self, Applied, ApplyError, Event, PaymentProvider};
 use crate::routes::reservations::find_owned;
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(sqlx::FromRow)]
 struct Payment {

@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::load::Ended;
 use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
-use crate::startup::AppState;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 struct ReserveBody {

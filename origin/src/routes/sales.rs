@@ -14,10 +14,7 @@ use serde_json::{Value, json};
 
 use crate::error::ApiError;
 use crate::sales::{Phase, Sale};
-use crate::startup::AppState;
-
-/// How long a computed summary is served from memory.
-pub const SUMMARY_TTL: Duration = Duration::from_secs(1);
+use crate::state::AppState;
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
 /// the summary and reads a summary it cannot get within its own timeout as
