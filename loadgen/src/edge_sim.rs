@@ -487,7 +487,9 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
                     break Outcome::Left;
                 }
             }
-            "prequeue" | "waiting" => patience_until = None,
+            // Drawing (the pre-queue is being drawn) and paused (an
+            // operator holds admission) keep the place: poll again.
+            "prequeue" | "waiting" | "drawing" | "paused" => patience_until = None,
             _ => {
                 s.c.errors.fetch_add(1, Ordering::Relaxed);
                 s.c.left_other.fetch_add(1, Ordering::Relaxed);

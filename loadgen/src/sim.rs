@@ -280,7 +280,8 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
-        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
+        // Every simulated person joins from this one loopback address.
+        join_limit: 0,
         currency: origin::sales::DEFAULT_CURRENCY.into(),
     };
     let mut conn = state.engine.conn.clone();
