@@ -265,6 +265,69 @@ test('later joiners follow in arrival order; a repeated join returns the same ti
   assert.equal((await placeOf(SALE, raced[0].body.ticket)).place, N + 11);
 });
 
+test('a repeated join carrying its own ticket is answered at the edge, with no object call', async () => {
+  // Issue 20 #6. Each round is a fresh isolate (DEV_MODE hook), so the
+  // isolate's memory of the join is gone: only the ticket the client sends
+  // (x-queue-ticket) can spare the shard the call. The control rounds send
+  // none and must reach the shard every time.
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  const me = lastLate;
+  const ROUNDS = 8;
+  const rounds = async (withTicket) => {
+    await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: me.ticket }); // a fresh snapshot, shared
+    await sleep(1100);
+    const before = await doRequests();
+    const t0 = Date.now();
+    for (let i = 0; i < ROUNDS; i++) {
+      assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+      const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, {
+        token: userToken(me.account),
+        headers: withTicket ? { 'x-queue-ticket': me.ticket } : {},
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.place, me.place, 'the same place');
+      assert.equal(decode(r.body.ticket).sub, me.account);
+    }
+    const elapsed = Date.now() - t0;
+    await sleep(1100);
+    return { calls: (await doRequests()) - before, elapsed };
+  };
+  const held = await rounds(true);
+  // Only snapshot refreshes (a shared copy serves 2.5 s) and this summary's own.
+  const allowed = 1 + Math.ceil(held.elapsed / 2500);
+  assert.ok(held.calls <= allowed, `${held.calls} object calls for ${ROUNDS} repeated joins with a ticket (allowed ${allowed})`);
+  const bare = await rounds(false);
+  assert.ok(bare.calls >= ROUNDS, `control: ${bare.calls} object calls for ${ROUNDS} repeated joins without one`);
+  // Someone else's ticket is not answered from: the join is this account's own.
+  const other = accounts[0];
+  const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, {
+    token: userToken(other), headers: { 'x-queue-ticket': me.ticket },
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(decode(r.body.ticket).sub, other);
+});
+
+test('the draw overview is served from the edge cache, not the coordinator, once drawn', async () => {
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  const first = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
+  assert.equal(first.status, 200, JSON.stringify(first.body));
+  assert.ok(first.body.seed, 'drawn');
+  await sleep(1100);
+  const before = await doRequests();
+  const t0 = Date.now();
+  for (let i = 0; i < 20; i++) {
+    if (i % 5 === 0) assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body, first.body, 'immutable');
+  }
+  const elapsed = Date.now() - t0;
+  await sleep(1100);
+  const calls = (await doRequests()) - before;
+  const allowed = 1 + Math.ceil(elapsed / 2500); // snapshot refreshes only
+  assert.ok(calls <= allowed, `${calls} object calls for 20 overviews (allowed ${allowed})`);
+});
+
 test('a person is admitted only when the frontier reaches them', async () => {
   const me = lastLate;
   let sawWaiting = false;

@@ -46,6 +46,9 @@
       ts_t: 'Please complete the check below; you join as soon as it passes.',
       bot_check_required: 'this sale asks for a bot check', bot_check_failed: 'the check did not pass',
       challenge_expired: 'it took too long', challenge_reused: 'it was already used',
+      challenge_invalid: 'the check was not recognised', bad_nonce: 'the answer was malformed',
+      bot_check_unavailable: 'The bot check cannot be verified just now — trying again in a moment.',
+      join_refused: 'You could not join: {why}.',
       too_many_joins: 'Too many people joined from your network just now — trying again in {dur}.',
       line_label: 'Progress through the line',
       notify_why: 'Want to switch tabs while you wait? This page keeps your place in the background and can notify you when it is your turn.',
@@ -118,6 +121,9 @@
       ts_t: 'Vui lòng hoàn tất bước kiểm tra bên dưới; bạn sẽ vào hàng chờ ngay khi kiểm tra đạt.',
       bot_check_required: 'đợt bán này yêu cầu kiểm tra chống bot', bot_check_failed: 'kiểm tra không đạt',
       challenge_expired: 'mất quá nhiều thời gian', challenge_reused: 'mã kiểm tra đã được dùng',
+      challenge_invalid: 'mã kiểm tra không hợp lệ', bad_nonce: 'câu trả lời không đúng định dạng',
+      bot_check_unavailable: 'Hiện chưa xác minh được bước kiểm tra chống bot — sẽ thử lại trong giây lát.',
+      join_refused: 'Bạn chưa vào được hàng chờ: {why}.',
       too_many_joins: 'Có quá nhiều người từ mạng của bạn vừa vào hàng chờ — sẽ thử lại sau {dur}.',
       line_label: 'Tiến độ trong hàng chờ',
       notify_why: 'Muốn chuyển sang thẻ khác trong lúc chờ? Trang này vẫn giữ chỗ cho bạn khi chạy nền và có thể thông báo khi đến lượt bạn.',
@@ -228,9 +234,10 @@
       return JSON.parse(atob(token.split('.')[2].replace(/-/g, '+').replace(/_/g, '/'))).sub;
     } catch { return null; }
   }
-  async function api(method, path, { token, body, idem } = {}) {
+  async function api(method, path, { token, body, idem, held } = {}) {
     const headers = {};
     if (token) headers.authorization = `Bearer ${token}`;
+    if (held) headers['x-queue-ticket'] = held;
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (idem) headers['idempotency-key'] = idem;
     const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -416,7 +423,10 @@
     }
   }
 
-  const RETRY_BOT = ['challenge_expired', 'challenge_reused', 'bot_check_failed', 'bot_check_required'];
+  // Refusals a fresh challenge can pass (a bad nonce or an unrecognised
+  // challenge too: the page solves a new one).
+  const RETRY_BOT = ['challenge_expired', 'challenge_reused', 'bot_check_failed', 'bot_check_required',
+    'challenge_invalid', 'bad_nonce'];
   let botRetries = 0;
   async function join() {
     $('join-btn').disabled = true;
@@ -424,16 +434,19 @@
     try {
       let body;
       const check = (summary && summary.bot_check) || '';
-      if (check === 'turnstile') {
+      // A re-join by someone who holds a ticket (e.g. after their turn was
+      // given back) sends it: the edge answers from it, no check needed.
+      const held = st.ticket || null;
+      if (!held && check === 'turnstile') {
         const s = await turnstileToken();
         if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
         body = s.body;
-      } else if (/^pow:/.test(check) || botRetries > 0) {
+      } else if (!held && (/^pow:/.test(check) || botRetries > 0)) {
         const s = await solveChallenge();
         if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
         body = s.body;
       }
-      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: user, body });
+      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: user, body, held });
       if (r.status === 200) { botRetries = 0; applyStatus(r.data); later('poll', jitter(r.data.poll_after_ms), poll); }
       else joinRefused(r);
     } catch { backoff('poll', join); }
@@ -446,17 +459,24 @@
       user = null; sessionStorage.removeItem(USER_KEY);
       say('error', t('signin_refused', { why: errorText(r) })); render();
     } else if (r.status === 404) unknownSale(r);
-    else if (r.status === 403 && RETRY_BOT.includes(code) && botRetries < 3) {
+    else if ((r.status === 403 || r.status === 400) && RETRY_BOT.includes(code) && botRetries < 3) {
       // A new challenge can pass where this one did not (e.g. it expired
       // while the tab slept): say so and start over, a few times at most.
       botRetries += 1;
+      // A ticket the edge did not answer from (expired) is no use: solve.
+      if (st.ticket) { st.ticket = null; save(); }
       say('note', t('pow_retry', { why: t(code) }));
       later('poll', 500, join);
-    } else if (r.status === 403) say('error', errorText(r));
-    else if (r.status === 429 && code === 'too_many_joins') {
+    } else if (r.status === 403 || r.status === 400) {
+      // In the person's words when the catalogue has them.
+      say('error', MSG.en[code] ? t('join_refused', { why: t(code) }) : errorText(r));
+    } else if (r.status === 429 && code === 'too_many_joins') {
       const ms = Math.max(1000, r.retryAfter * 1000);
       say('note', t('too_many_joins', { dur: dur(ms / 1000) }));
       later('poll', jitter(ms), join);
+    } else if (r.status === 503 && code === 'bot_check_unavailable') {
+      say('note', t('bot_check_unavailable'));
+      backoff('poll', join, r);
     } else backoff('poll', join, r);
   }
 

@@ -30,6 +30,13 @@ pub const ADMIT_TTL_SECS: u64 = 120;
 /// Lifetime of a queue ticket: a day (a queue outliving it needs a re-join,
 /// which returns the same place).
 pub const TICKET_TTL_SECS: u64 = 24 * 3600;
+/// The advised poll interval while admitted, before its ±20 % jitter: an
+/// admitted person is seen at least every 10 s, so three polls fit in the
+/// 30 s after which an unseen turn is given back.
+pub const ADMITTED_POLL_MS: u64 = 8_000;
+/// Header in which a client sends the queue ticket it holds with a repeated
+/// join: the join is answered from it, at the edge, with no object call.
+pub const HELD_TICKET_HEADER: &str = "x-queue-ticket";
 /// Shortest and longest advised poll interval.
 pub const MIN_POLL_MS: u64 = 1_000;
 pub const MAX_POLL_MS: u64 = 30_000;
@@ -273,7 +280,9 @@ pub fn view(
         } else {
             v.status = Status::Admitted;
             v.eta_seconds = Some(0);
-            v.poll_after_ms = jittered(10_000, jitter);
+            // Seen at most every 10 s while admitted (issue 13 #4: a turn
+            // unseen for 30 s is given back): 6.4-9.6 s with the jitter.
+            v.poll_after_ms = jittered(ADMITTED_POLL_MS, jitter);
         }
         return v;
     }
@@ -343,6 +352,26 @@ pub fn window_ends_at_ms(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
 pub fn admit_ttl_secs(place: u64, s: &Snapshot, now_ms: u64) -> u64 {
     let end_secs = window_ends_at_ms(place, s, now_ms) / 1000;
     end_secs.saturating_sub(now_ms / 1000).min(ADMIT_TTL_SECS)
+}
+
+/// Whether `held` (sent with a join, [`HELD_TICKET_HEADER`]) is a ticket
+/// the joining account already holds for `sale`: signed by the admission
+/// ring, a ticket (not an admit token) of this sale, not expired, and the
+/// account's own — another account's ticket is never answered from.
+pub fn is_held_ticket(
+    tickets: &token::KeyRing,
+    held: &str,
+    sale: &str,
+    sub: &str,
+    now_secs: u64,
+) -> bool {
+    let expect = token::Expect {
+        typ: token::TokenType::Ticket,
+        sale: Some(sale),
+    };
+    tickets
+        .verify(held, expect, now_secs)
+        .is_ok_and(|c| c.sub == sub)
 }
 
 /// How much earlier than the object's clock a join's arrival stamp (taken
@@ -693,6 +722,46 @@ mod tests {
         assert!(w.poll_after_ms <= 2_000);
         s.sold_out = true;
         assert_eq!(view(None, true, &s, 200_000, 0.5).status, Status::SoldOut);
+    }
+
+    #[test]
+    fn admitted_people_are_told_to_poll_at_least_every_10_s() {
+        for j in [0.0, 0.5, 0.999, 1.0] {
+            let ms = jittered(ADMITTED_POLL_MS, j);
+            assert!((6_000..=10_000).contains(&ms), "{ms}");
+        }
+    }
+
+    #[test]
+    fn a_repeated_join_is_answered_only_from_the_accounts_own_ticket_of_this_sale() {
+        use token::{Claims, KeyRing, TicketData, TokenType};
+        let ring = KeyRing::from_keys(&[("a1", &[7u8; 32])]).unwrap();
+        let other_ring = KeyRing::from_keys(&[("a1", &[8u8; 32])]).unwrap();
+        let now = 1_800_000_000;
+        let ticket = |ring: &KeyRing, typ, sub: &str, sale: &str, ttl| {
+            ring.sign(
+                &Claims::new(typ, sub, Some(sale.to_string()), now - 10, ttl).with_ticket(
+                    TicketData {
+                        shard: Some(0),
+                        seq: 1,
+                        ..TicketData::default()
+                    },
+                ),
+            )
+        };
+        let own = ticket(&ring, TokenType::Ticket, "alice", "s1", 3600);
+        assert!(is_held_ticket(&ring, &own, "s1", "alice", now));
+        // Someone else's ticket, another sale's, an admit token, an expired
+        // one, one signed with another key, or garbage: asked of the shard.
+        assert!(!is_held_ticket(&ring, &own, "s1", "bob", now));
+        assert!(!is_held_ticket(&ring, &own, "s2", "alice", now));
+        let admit = ticket(&ring, TokenType::Admit, "alice", "s1", 3600);
+        assert!(!is_held_ticket(&ring, &admit, "s1", "alice", now));
+        let old = ticket(&ring, TokenType::Ticket, "alice", "s1", 1);
+        assert!(!is_held_ticket(&ring, &old, "s1", "alice", now));
+        let forged = ticket(&other_ring, TokenType::Ticket, "alice", "s1", 3600);
+        assert!(!is_held_ticket(&ring, &forged, "s1", "alice", now));
+        assert!(!is_held_ticket(&ring, "v1.a1.x.y", "s1", "alice", now));
     }
 
     #[test]

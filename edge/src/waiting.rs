@@ -529,6 +529,21 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
     let cfg = sale_cfg(env, sale).await?;
     // Counted before the bot check: failed solutions count too.
     limit_joins(env, &req, sale, cfg.join_limit).await?;
+    // A repeated join carrying the account's own ticket is answered from
+    // it: no object call, and no new bot check (the ticket shows one passed).
+    let held = req
+        .headers()
+        .get(queue::HELD_TICKET_HEADER)
+        .ok()
+        .flatten()
+        .filter(|t| {
+            ring(env, "ADMISSION_TOKEN_KEYS")
+                .is_ok_and(|r| queue::is_held_ticket(&r, t, sale, &claims.sub, now / 1000))
+        });
+    if let Some(ticket) = held {
+        let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
+        return status_for(env, sale, &ticket).await;
+    }
     let bot_iat_ms = check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await?;
     let key = format!("{sale}/{}", claims.sub);
     // A bot-checked join always goes to the shard, which spends the
@@ -974,13 +989,28 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
     origin_summary(env, sale).await?;
     let snap = snapshot(env, sale).await?;
     let (Some(k), Some(j)) = (query(&url, "shard"), query(&url, "bucket")) else {
+        // The overview is immutable once drawn (the Cache API keeps it for
+        // good), and before that at most a second old: anyone may ask, and
+        // the coordinator hears about once a second per location.
+        if snap.drawn {
+            let id = format!("{sale}/{}/draw", snap.commitment);
+            let v = immutable(&id, call_coordinator(env, sale, Method::Get, "/draw", None))
+                .await
+                .ok_or_else(|| {
+                    ApiError::new(503, "queue_unavailable", "try again").retry_after(1)
+                })?;
+            return json_response(200, &v, "public, max-age=3600").map_err(internal);
+        }
+        let ck = cache_key("draw", sale);
+        if let Ok(Some(mut r)) = Cache::default().get(ck.as_str(), false).await
+            && let Ok(t) = r.text().await
+            && let Ok(v) = serde_json::from_str::<Value>(&t)
+        {
+            return json_response(200, &v, "public, max-age=1").map_err(internal);
+        }
         let v = call_coordinator(env, sale, Method::Get, "/draw", None).await?;
-        let cache = if snap.drawn {
-            "public, max-age=3600"
-        } else {
-            "public, max-age=1"
-        };
-        return json_response(200, &v, cache).map_err(internal);
+        cache_put_json(&ck, 200, &v.to_string(), 1).await;
+        return json_response(200, &v, "public, max-age=1").map_err(internal);
     };
     let bad = || ApiError::new(400, "bad_request", "shard and bucket must be in range");
     let k: u32 = k.parse().map_err(|_| bad())?;
