@@ -13,9 +13,10 @@
 //! - it stops while the sale is sold out and resumes when units come back;
 //! - inventory-aware: people whose admission window (the `admit` token
 //!   lifetime) is still open never exceed `factor × units_available`
-//!   (counting conservatively: everyone admitted within the window counts,
-//!   even if they already hold, except turns given back by people who
-//!   walked away: `freed`), so nobody is let in to buy what is gone;
+//!   (everyone admitted within the window counts, except `freed`: turns
+//!   given back by people who walked away, and people who already made a
+//!   reservation — their unit has left `units_available` already), so
+//!   nobody is let in to buy what is gone;
 //! - with no inventory figure yet (origin never answered) it does not move.
 
 use serde::{Deserialize, Serialize};
@@ -41,8 +42,9 @@ pub struct Inputs {
     /// Units still available (origin summary), if known.
     pub units_available: Option<u64>,
     pub sold_out: bool,
-    /// Admitted people whose window is still open but who lost the turn
-    /// (`turns`): their share of the inventory cap is free again.
+    /// Admitted people whose window is still open who need no share of the
+    /// inventory cap any more: they lost the turn (`turns`), or they hold
+    /// (their unit is already out of `units_available`).
     pub freed: u64,
 }
 

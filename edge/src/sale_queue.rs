@@ -127,6 +127,11 @@ struct PlaceRow {
     place: f64,
 }
 
+#[derive(Deserialize)]
+struct CountRow {
+    n: f64,
+}
+
 /// Most abandoned places the snapshot lists (those in open windows).
 const MAX_ABANDONED_LISTED: u64 = 20_000;
 /// Most turns one alarm closes.
@@ -431,7 +436,7 @@ impl SaleQueue {
             placed,
             units_available: self.meta.u64("units_available"),
             sold_out: self.sold_out(now),
-            freed: self.abandoned_after(expired).map_or(0, |v| v.len() as u64),
+            freed: self.freed_after(expired),
         };
         f.advance(self.params(), inp);
         let (cap, rate) = f.ceiling(self.params(), inp);
@@ -520,6 +525,24 @@ impl SaleQueue {
 
     /// Abandoned places above `expired` (their windows are still open),
     /// ascending.
+    /// Admitted places in open windows (`> expired`) that no longer need a
+    /// share of the inventory cap: turns given back (abandoned), and people
+    /// who made a reservation (their unit has already left `units
+    /// available`; counting them too would shrink the cap twice and stall
+    /// the frontier near the end of a sale).
+    fn freed_after(&self, expired: u64) -> u64 {
+        let held = self
+            .sql()
+            .exec(
+                "SELECT count(*) AS n FROM turns WHERE place > ? AND held = 1",
+                Some(vec![(expired as f64).into()]),
+            )
+            .and_then(|c| c.one::<CountRow>())
+            .map_or(0, |r| r.n.max(0.0) as u64);
+        let abandoned = self.abandoned_after(expired).map_or(0, |v| v.len() as u64);
+        held + abandoned
+    }
+
     fn abandoned_after(&self, expired: u64) -> ApiResult<Vec<u64>> {
         Ok(self
             .sql()
