@@ -40,7 +40,7 @@ const SOLD_OUT_RECHECK_MS: u64 = 3_000;
 /// Stale sale summaries are served for up to this long when the origin fails.
 const SUMMARY_STALE_MS: u64 = 600_000;
 const ORIGIN_TIMEOUT_MS: u32 = 5_000;
-const SUMMARY_TIMEOUT_MS: u32 = 2_000;
+pub(crate) const SUMMARY_TIMEOUT_MS: u32 = 2_000;
 /// Bound on per-sale entries kept in isolate memory.
 const MAX_CACHED_SALES: usize = 1_024;
 const CACHE_HOST: &str = "https://edge-cache.flashsale.internal";

@@ -49,10 +49,15 @@ use crate::shards;
 /// Joins loaded by one bulk call at most (DEV_MODE hook).
 const BULK_MAX: u64 = 50_000;
 /// The draw begins this long after the start, so that a join pressed just
-/// before the start and still on its way from the Worker (which answers
-/// from its cached sale settings, never waiting on the origin for a sale it
-/// knows) lands in the pre-queue it belongs to.
-const DRAW_GRACE_MS: u64 = 1_000;
+/// before the start and still on its way from the Worker lands in the
+/// pre-queue it belongs to (its arrival is stamped when it reached the
+/// edge). The Worker answers from cached sale settings when it has seen
+/// the sale in the last minute, else waits for the origin's summary at
+/// most `SUMMARY_TIMEOUT_MS` (2 s): the grace covers that wait and the
+/// trip here. (A Turnstile sale's siteverify call may take up to 5 s more;
+/// a join that slow near the start is placed after the pre-queue.)
+const DRAW_GRACE_MS: u64 = 3_000;
+const _: () = assert!(DRAW_GRACE_MS >= crate::glue::SUMMARY_TIMEOUT_MS as u64 + 1_000);
 /// After the end, arrivals are reported for this long, then the chain stops.
 const REPORT_AFTER_END_MS: u64 = 10_000;
 
