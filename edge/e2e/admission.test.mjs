@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, ORIGIN, call, claims, createSale, origin, placeOf, rid, sign, sleep, userToken, until,
+  EDGE, ORIGIN, call, claims, createSale, origin, placeOf, pool, rid, sign, sleep, userToken, until,
 } from './lib.mjs';
 
 const SALE = `e2e-adm-${rid()}`;
@@ -246,4 +246,46 @@ test('the origin made slow: the rate backs off while its p99 is over the target,
     traffic = false;
     await load;
   }
+});
+
+test('a freeze takes back no turn: the frontier people are shown never falls when the origin stops', async () => {
+  // Isolates extrapolate the frontier between snapshots; the coordinator,
+  // freezing when the origin goes silent, must not land behind what they
+  // showed (people told "admitted" would be told "waiting" again).
+  const sale = `e2e-mono-${rid()}`;
+  createSale({
+    sale, name: 'E2E monotone frontier', units: 500, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 10, 'admission-factor': 4,
+  });
+  const accounts = Array.from({ length: 300 }, (_, i) => `mono-${i}-${rid()}`);
+  await pool(accounts, 8, async (a) => {
+    const r = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(a) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  });
+  const q = async () => {
+    const r = await call('GET', `${EDGE}/api/sales/${sale}`, { timeoutMs: 20_000 });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.queue;
+  };
+  assert.ok(await until(30_000, async () => (await q()).admitted >= 20, 500), 'admission under way');
+  const pid = Number(process.env.ORIGIN_PID);
+  process.kill(pid, 'SIGSTOP');
+  const seen = [];
+  let frozen = false;
+  try {
+    const end = Date.now() + 10_000;
+    while (Date.now() < end) {
+      const f = await q();
+      seen.push(f.admitted);
+      frozen ||= f.frozen;
+      await sleep(200);
+    }
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  assert.ok(frozen, `the frontier froze while the origin was stopped (${seen})`);
+  for (let i = 1; i < seen.length; i++) {
+    assert.ok(seen[i] >= seen[i - 1], `the frontier fell from ${seen[i - 1]} to ${seen[i]}: ${seen}`);
+  }
+  assert.ok(seen.at(-1) < 300, 'people were still waiting');
 });

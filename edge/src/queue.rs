@@ -118,9 +118,16 @@ pub fn service_at(s: &Snapshot, now_ms: u64) -> u64 {
     }
 }
 
+/// How far past a snapshot an isolate extrapolates the frontier (its
+/// refresh interval): a snapshot kept longer (the coordinator slow to
+/// answer) shows the frontier where it was at this horizon, no further.
+pub const FRONTIER_HORIZON_MS: u64 = 2_500;
+
 /// The frontier at `now_ms` from a snapshot taken earlier: its checkpoint
-/// plus its rate, never past its cap, never below the checkpoint. The
-/// coordinator advances by the same rule, so this is never ahead of it
+/// plus its rate for at most [`FRONTIER_HORIZON_MS`], never past its cap,
+/// never below the checkpoint. The coordinator advances by the same rule
+/// and never falls behind what its snapshots allowed to this horizon (it
+/// keeps that promise across a freeze), so no isolate is ahead of it
 /// (unless the sale sold out meanwhile, which the sold-out flag covers).
 pub fn frontier_at(s: &Snapshot, now_ms: u64) -> u64 {
     let rate = if s.frontier_rate.is_finite() && s.frontier_rate > 0.0 {
@@ -128,7 +135,7 @@ pub fn frontier_at(s: &Snapshot, now_ms: u64) -> u64 {
     } else {
         0.0
     };
-    let dt = now_ms.saturating_sub(s.now_ms) as f64 / 1000.0;
+    let dt = now_ms.saturating_sub(s.now_ms).min(FRONTIER_HORIZON_MS) as f64 / 1000.0;
     let moved = (s.frontier as f64 + rate * dt).floor();
     let cap = s.frontier_cap.max(s.frontier) as f64;
     moved.min(cap).max(s.frontier as f64) as u64
@@ -686,7 +693,12 @@ mod tests {
         s.frontier_cap = 130;
         assert_eq!(frontier_at(&s, 200_000), 100);
         assert_eq!(frontier_at(&s, 201_500), 115);
-        assert_eq!(frontier_at(&s, 260_000), 130, "capped");
+        assert_eq!(frontier_at(&s, 202_000), 120);
+        // One horizon (2.5 s) at most past the snapshot: 125, under the cap.
+        assert_eq!(frontier_at(&s, 260_000), 125, "one horizon at most");
+        s.frontier_cap = 112;
+        assert_eq!(frontier_at(&s, 201_500), 112, "capped");
+        s.frontier_cap = 130;
         assert_eq!(frontier_at(&s, 100_000), 100, "never below the checkpoint");
         // Place 110 is admitted one second after the snapshot, not before.
         assert_eq!(
@@ -722,6 +734,20 @@ mod tests {
         assert!(w.poll_after_ms <= 2_000);
         s.sold_out = true;
         assert_eq!(view(None, true, &s, 200_000, 0.5).status, Status::SoldOut);
+    }
+
+    #[test]
+    fn the_frontier_is_extrapolated_one_horizon_at_most() {
+        let mut s = snap();
+        s.frontier = 10;
+        s.frontier_rate = 4.0;
+        s.frontier_cap = 1_000;
+        let t = s.now_ms;
+        assert_eq!(frontier_at(&s, t), 10);
+        assert_eq!(frontier_at(&s, t + 1_000), 14);
+        assert_eq!(frontier_at(&s, t + FRONTIER_HORIZON_MS), 20);
+        // A snapshot kept long past its refresh (coordinator slow): no further.
+        assert_eq!(frontier_at(&s, t + 60_000), 20);
     }
 
     #[test]

@@ -49,7 +49,7 @@ use crate::glue::{now_ms, send_with_timeout};
 use crate::metrics::AdmissionFigures;
 use crate::objects::{ApiResult, Meta, TurnRow, call_object, query, respond, sql_err};
 use crate::places::{Arrival, SecondArrivals, SecondReport, ShardIndex, Watermarks};
-use crate::queue::{ADMIT_TTL_SECS, Snapshot};
+use crate::queue::{self, ADMIT_TTL_SECS, Snapshot};
 use crate::shards;
 use crate::turns::{self, Turn};
 
@@ -73,6 +73,13 @@ pub struct SaleQueue {
     /// The origin's health from the last summary fetch; `None` when that
     /// fetch failed (memory only: the alarm fetches before it steps).
     sample: Cell<Option<Sample>>,
+    /// The highest frontier an isolate may show from a snapshot this object
+    /// served (`queue::frontier_at` up to `queue::FRONTIER_HORIZON_MS` past
+    /// it): the frontier never falls behind it, so a freeze (origin silent,
+    /// pause) that stops the service clock never takes back a turn
+    /// someone was just told they have. Memory only (an evicted object
+    /// forgets it; its isolates then fall back by at most one horizon).
+    promised: Cell<f64>,
 }
 
 #[derive(Deserialize)]
@@ -438,12 +445,22 @@ impl SaleQueue {
             sold_out: self.sold_out(now),
             freed: self.freed_after(expired),
         };
+        // Never behind what isolates were allowed to extrapolate to.
+        f.admitted = f.admitted.max(self.promised.get().min(placed as f64));
         f.advance(self.params(), inp);
         let (cap, rate) = f.ceiling(self.params(), inp);
         (f, cap, rate)
     }
 
+    /// The snapshot isolates extrapolate from; notes how far they may go.
     fn snapshot(&self, sale: &str, now: u64) -> ApiResult<Snapshot> {
+        let s = self.snapshot_now(sale, now)?;
+        let reach = queue::frontier_at(&s, s.now_ms + queue::FRONTIER_HORIZON_MS) as f64;
+        self.promised.set(self.promised.get().max(reach));
+        Ok(s)
+    }
+
+    fn snapshot_now(&self, sale: &str, now: u64) -> ApiResult<Snapshot> {
         let rows = self.shard_rows()?;
         let (placed, complete) = self.placed(&rows)?;
         let (f, cap, rate) = self.frontier_at(now, placed);
@@ -903,6 +920,7 @@ impl DurableObject for SaleQueue {
             requests: Cell::new(0),
             alarm_known: Cell::new(false),
             sample: Cell::new(None),
+            promised: Cell::new(0.0),
         };
         if let Err(e) = q.init() {
             worker::console_error!("sale queue init: {}", e.message);

@@ -51,7 +51,7 @@ use worker::wasm_bindgen_futures::JsFuture;
 const SNAPSHOT_TTL_MS: u64 = 3_000;
 /// From this age on, one request refreshes the snapshot while the others
 /// keep using the cached one (single flight: no herd on the object).
-const SNAPSHOT_REFRESH_MS: u64 = 2_500;
+const SNAPSHOT_REFRESH_MS: u64 = queue::FRONTIER_HORIZON_MS;
 /// How long a stale snapshot may stand in when the object cannot answer.
 const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// Bounds on what isolate memory keeps.
