@@ -162,6 +162,60 @@ fn collect_path<L: AsRef<[u8]>>(leaves: &[L], index: usize, path: &mut Vec<Hash>
     }
 }
 
+/// The Merkle tree hash over `nodes` that are already subtree hashes (the
+/// roots of consecutive aligned chunks of the leaves): RFC 6962 splits a
+/// list at the largest power of two below its length, so with chunks of a
+/// power-of-two size every chunk but the last is a whole subtree, and the
+/// tree of the leaves is this tree over its chunks' roots. `None` if empty.
+pub fn root_of_nodes(nodes: &[Hash]) -> Option<Hash> {
+    match nodes.len() {
+        0 => None,
+        1 => Some(nodes[0]),
+        n => {
+            let k = split(n);
+            Some(node_hash(
+                &root_of_nodes(&nodes[..k])?,
+                &root_of_nodes(&nodes[k..])?,
+            ))
+        }
+    }
+}
+
+fn collect_node_path(nodes: &[Hash], index: usize, path: &mut Vec<Hash>) {
+    let n = nodes.len();
+    if n <= 1 {
+        return;
+    }
+    let k = split(n);
+    let sibling = if index < k {
+        collect_node_path(&nodes[..k], index, path);
+        root_of_nodes(&nodes[k..])
+    } else {
+        collect_node_path(&nodes[k..], index - k, path);
+        root_of_nodes(&nodes[..k])
+    };
+    path.extend(sibling);
+}
+
+/// The audit path of one leaf from what a chunked store keeps: the leaves
+/// of its own chunk (`chunk_leaves`, the leaf at `index_in_chunk`) and the
+/// roots of every chunk (`chunk_roots`, this one at `chunk`). Every chunk
+/// but the last must hold the same power-of-two number of leaves. Equal to
+/// [`audit_path`] over all the leaves (tested), without holding them.
+pub fn chunked_audit_path<L: AsRef<[u8]>>(
+    chunk_leaves: &[L],
+    index_in_chunk: usize,
+    chunk_roots: &[Hash],
+    chunk: usize,
+) -> Option<Vec<Hash>> {
+    if chunk >= chunk_roots.len() {
+        return None;
+    }
+    let mut path = audit_path(chunk_leaves, index_in_chunk)?;
+    collect_node_path(chunk_roots, chunk, &mut path);
+    Some(path)
+}
+
 /// Checks that `leaf` is at `index` of a tree of `size` leaves with `root`,
 /// given its bottom-up audit path (RFC 9162 §2.1.3.2). What an entrant's
 /// browser and the auditor run; constant work per level, no tree needed.

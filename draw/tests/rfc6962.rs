@@ -123,3 +123,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A chunked store (the leaves of one chunk, and every chunk's root)
+    /// gives the same audit path as the whole tree, and the root over the
+    /// chunks' roots is the tree's root, for any size and power-of-two chunk.
+    #[test]
+    fn chunked_audit_paths_equal_the_whole_trees(n in 1usize..700, shift in 0u32..6, pick in any::<prop::sample::Index>()) {
+        let chunk = 1usize << shift;
+        let all: Vec<[u8; 32]> = (0..n).map(|i| draw::leaf(&format!("acct-{i}"), &[i as u8; 16])).collect();
+        let roots: Vec<[u8; 32]> = all.chunks(chunk).map(root).collect();
+        prop_assert_eq!(draw::root_of_nodes(&roots), Some(root(&all)));
+        let i = pick.index(n);
+        let (j, k) = (i / chunk, i % chunk);
+        let mine = &all[j * chunk..((j + 1) * chunk).min(n)];
+        let path = draw::chunked_audit_path(mine, k, &roots, j).unwrap();
+        prop_assert_eq!(&path, &audit_path(&all, i).unwrap());
+        prop_assert!(verify_audit_path(&all[i], i as u64, n as u64, &path, &root(&all)));
+    }
+}
