@@ -43,6 +43,7 @@ const ticket = (a) => sign(ring, { ...claims('ticket', a, SALE, 3600), tkt: { se
 // From 2 s before the start until the draw is done: a trickle of polls
 // (8 in flight) whose slowest answer is what "no request waits" means.
 let maxWait = 0;
+const slow = []; // every poll: how long, when (ms from the start), what it said
 let polls = 0;
 let drawing = 0;
 let done = false;
@@ -54,7 +55,9 @@ const trickle = pool(Array.from({ length: 8 }), 8, async (_, w) => {
     i += 8;
     const s = Date.now();
     const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: ticket(a), timeoutMs: 60_000 });
-    maxWait = Math.max(maxWait, Date.now() - s);
+    const took = Date.now() - s;
+    maxWait = Math.max(maxWait, took);
+    slow.push({ took, at: s - startsAtMs, status: r.body?.status });
     polls++;
     if (r.body?.status === 'drawing') drawing++;
   }
@@ -68,6 +71,10 @@ await trickle;
 if (!header) throw new Error('not drawn within 300 s');
 const drawS = (header.drawn_at_ms - startsAtMs) / 1000;
 log(`drawn ${f(drawS, 1)} s after the start; slowest request meanwhile ${maxWait} ms`);
+slow.sort((a, b) => b.took - a.took);
+log(`slowest polls (ms, sent at ms from the start, status): ${slow.slice(0, 8).map((x) => `${x.took}@${x.at}:${x.status}`).join(' ')}`);
+const over1s = slow.filter((x) => x.took > 1000).length;
+log(`${over1s} of ${slow.length} polls took over 1 s`);
 
 const counts = header.per_shard.map((s) => s.count);
 const even = N / K;

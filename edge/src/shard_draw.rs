@@ -74,8 +74,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            values_per_step: 2_000,
-            buckets_per_step: 8,
+            values_per_step: 500,
+            buckets_per_step: 2,
         }
     }
 }
