@@ -1,7 +1,9 @@
 //! The admission rate controller (issue 13): the frontier's rate follows the
-//! origin's load signal (`health` in its summary, `x-origin-load` on
-//! reservation answers) instead of a fixed rate. Pure: the coordinator feeds
-//! it samples and the clock, and stores what it returns.
+//! origin's load signal (`health` in the sale summary the coordinator
+//! fetches once a second) instead of a fixed rate. (The origin also puts a
+//! compact copy, `x-origin-load`, on reservation answers; the controller
+//! does not need it: one sample a second is its step.) Pure: the
+//! coordinator feeds it samples and the clock, and stores what it returns.
 //!
 //! AIMD, as TCP does for the same reason (find the most a shared server
 //! takes without a model of it):
