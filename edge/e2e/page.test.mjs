@@ -20,7 +20,7 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { AxeBuilder } from '@axe-core/playwright';
-import { EDGE, call, createSale, origin, rid, skipUnless, userToken } from './lib.mjs';
+import { EDGE, call, createSale, origin, rid, skipUnless, until, userToken } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const OUT = process.env.SCREENSHOT_DIR || join(process.cwd(), 'test-output', 'edge-page');
@@ -402,6 +402,52 @@ test('a tab hidden before its turn keeps polling at the advised pace, is admitte
       await page.keyboard.press('Enter'); // Reserve has the focus
       await waitText(page, 'Reserved — complete your payment', 15_000);
       await page.screenshot({ path: join(OUT, '7-admitted-while-hidden-held-en-360.png'), fullPage: true });
+    } finally {
+      await browser.close();
+    }
+    assert.deepEqual(problems, []);
+  });
+
+test('a turn given back: the page that stopped checking in says so, and joining again (with its ticket) puts the person at the back',
+  { skip }, async () => {
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      // One unit, k = 1: one open turn at a time, so the next person is
+      // admitted only once this turn is given back.
+      const SALE = `e2e-gone-page-${rid()}`;
+      const NAME = 'Turn given back';
+      createSale({
+        sale: SALE, name: NAME, units: 1, 'per-user-limit': 1, shards: 1,
+        'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 1,
+      });
+      const a = await open(browser, { width: 1000, saleId: SALE, saleName: NAME }, problems, 'G');
+      await a.goto(`${EDGE}/sales/${SALE}#token=${userToken(`gwen-${rid()}`)}`);
+      await waitText(a, 'You may reserve now', 30_000);
+      // The next person, through the API, polling as told.
+      const next = { account: `nils-${rid()}` };
+      const j = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(next.account) });
+      assert.equal(j.status, 200, JSON.stringify(j.body));
+      next.ticket = j.body.ticket;
+      // The tab is closed in all but name: the page goes away (its session
+      // storage stays with the tab), so nothing checks in for the turn.
+      await a.goto('about:blank');
+      const admitted = await until(60_000, async () => {
+        const r = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: next.ticket });
+        if (r.body.ticket) next.ticket = r.body.ticket;
+        return r.body.status === 'admitted';
+      }, 1000);
+      assert.ok(admitted, 'the next person is admitted once the turn is given back');
+      await a.goto(`${EDGE}/sales/${SALE}`);
+      await waitText(a, 'Your turn has passed', 20_000);
+      assert.equal(await a.isVisible('#join'), true, 'the join button is offered');
+      await states(a, '9b-turn-passed', 'You may join again', 'Bạn có thể vào hàng chờ lại');
+      const before = a.requests.length;
+      await a.getByRole('button', { name: 'Join the queue' }).click();
+      await waitText(a, 'Your place in line: 3', 20_000);
+      const rejoin = a.requests.slice(before).find((r) => r.method === 'POST' && r.url.endsWith(`/api/sales/${SALE}/queue`));
+      assert.ok(rejoin, 'the page joined again');
+      assert.ok(rejoin.headers['x-queue-ticket'], 'with the ticket it holds');
     } finally {
       await browser.close();
     }
