@@ -19,6 +19,8 @@
 //! who knows the seed before the freeze can place an account: the key also
 //! needs the root of the frozen set and the beacon published after it.
 
+pub mod audit;
+
 use sha2::{Digest, Sha256};
 
 /// A 32-byte hash.
