@@ -240,6 +240,7 @@ async fn settle_rate(
         bot_check: "none".into(),
         join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::DEFAULT_CURRENCY.into(),
+        draw_beacon: None,
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec).await?;

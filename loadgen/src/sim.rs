@@ -283,6 +283,7 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         // Every simulated person joins from this one loopback address.
         join_limit: 0,
         currency: origin::sales::DEFAULT_CURRENCY.into(),
+        draw_beacon: None,
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)

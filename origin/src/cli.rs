@@ -193,6 +193,11 @@ pub struct CreateArgs {
     /// in it).
     #[arg(long, default_value = sales::DEFAULT_CURRENCY)]
     pub currency: String,
+    /// Base URL of a drand-style randomness beacon whose first round at or
+    /// after the start goes into the draw's key (`<url>/info`,
+    /// `<url>/public/<round>`). Unset: no beacon. Fixed once created.
+    #[arg(long)]
+    pub draw_beacon: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -393,6 +398,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 bot_check: a.bot_check,
                 join_limit: a.join_limit,
                 currency: a.currency,
+                draw_beacon: a.draw_beacon,
             };
             let sale =
                 sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;

@@ -58,6 +58,9 @@ pub struct SaleConfig {
     pub join_limit: i32,
     /// ISO 4217 code of `price_cents`' currency (the page formats prices in it).
     pub currency: String,
+    /// The drand-style beacon the draw's key takes a round of (DESIGN.md
+    /// "The draw, v2"); `None`: no beacon.
+    pub draw_beacon: Option<String>,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -306,7 +309,7 @@ impl SaleRegistry {
 
 const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms, bot_check, join_limit, currency";
+     admission_p99_ms, bot_check, join_limit, currency, draw_beacon";
 
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
@@ -358,6 +361,8 @@ pub struct SaleSpec {
     pub join_limit: i32,
     /// ISO 4217 currency code of the price (see [`valid_currency`]).
     pub currency: String,
+    /// Base URL of a drand-style beacon (see [`valid_beacon_url`]), or none.
+    pub draw_beacon: Option<String>,
 }
 
 /// Highest proof-of-work difficulty a sale may ask for (the edge's
@@ -395,6 +400,21 @@ pub fn valid_bot_check(text: &str) -> bool {
 /// anything else; which codes exist is the shop's business).
 pub fn valid_currency(code: &str) -> bool {
     code.len() == 3 && code.bytes().all(|c| c.is_ascii_uppercase())
+}
+
+/// Whether `url` can name a draw beacon: an absolute `http` or `https` URL
+/// with a host and no query or fragment (the edge appends `/info` and
+/// `/public/<round>`), at most 512 bytes.
+pub fn valid_beacon_url(url: &str) -> bool {
+    url.len() <= 512
+        && url::Url::parse(url).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host().is_some()
+                && u.query().is_none()
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.password().is_none()
+        })
 }
 
 /// The currency of a sale created without `--currency`.
@@ -470,6 +490,15 @@ impl SaleSpec {
         }
         if !valid_currency(&self.currency) {
             return bad("--currency must be an ISO 4217 code such as EUR, USD or VND");
+        }
+        if self
+            .draw_beacon
+            .as_deref()
+            .is_some_and(|u| !valid_beacon_url(u))
+        {
+            return bad(
+                "--draw-beacon must be an http(s) URL of a drand-style beacon (no query, no credentials)",
+            );
         }
         if self.ends_at.is_some_and(|e| e <= self.starts_at) {
             return bad("--ends-at must be after --starts-at");
@@ -618,8 +647,9 @@ pub async fn create_sale(
     let inserted = sqlx::query(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
                             starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
-                            queue_shards, admission_p99_ms, bot_check, join_limit, currency)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+                            queue_shards, admission_p99_ms, bot_check, join_limit, currency,
+                            draw_beacon)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -639,6 +669,7 @@ pub async fn create_sale(
     .bind(&spec.bot_check)
     .bind(spec.join_limit)
     .bind(&spec.currency)
+    .bind(&spec.draw_beacon)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -703,6 +734,30 @@ mod tests {
             bot_check: "none".into(),
             join_limit: DEFAULT_JOIN_LIMIT,
             currency: DEFAULT_CURRENCY.into(),
+            draw_beacon: None,
+        }
+    }
+
+    #[test]
+    fn beacon_urls() {
+        for ok in [
+            "https://api.drand.sh/52db9ba70e0cc0f6eaf7803dd07447a1f5477735fd3f661792ba94600c84e971",
+            "http://127.0.0.1:4000",
+            "http://[::1]:4000/beacon/",
+        ] {
+            assert!(valid_beacon_url(ok), "{ok}");
+        }
+        let long = format!("https://b.example/{}", "a".repeat(600));
+        for bad in [
+            "",
+            "beacon.example",
+            "ftp://beacon.example",
+            "https://beacon.example/?round=1",
+            "https://beacon.example/#x",
+            "https://user:pw@beacon.example",
+            long.as_str(),
+        ] {
+            assert!(!valid_beacon_url(bad), "{bad}");
         }
     }
 
@@ -827,6 +882,20 @@ mod tests {
                     ..spec()
                 },
                 "--currency",
+            ),
+            (
+                SaleSpec {
+                    draw_beacon: Some("ftp://beacon.example".into()),
+                    ..spec()
+                },
+                "--draw-beacon",
+            ),
+            (
+                SaleSpec {
+                    draw_beacon: Some("https://beacon.example/x?round=1".into()),
+                    ..spec()
+                },
+                "--draw-beacon",
             ),
             (
                 SaleSpec {

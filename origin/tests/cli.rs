@@ -394,9 +394,10 @@ async fn queue_shards_are_checked_published_and_fixed() {
 
 /// Issue 14: a sale's price carries its currency (ISO 4217), checked at
 /// creation and published in the summary, so the queue page formats the
-/// price in it rather than in a build setting.
+/// price in it rather than in a build setting. Issue 15: the same for the
+/// draw's beacon URL, which the edge reads from the summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_currency_is_checked_and_published_in_the_summary() {
+async fn the_currency_and_the_draw_beacon_are_checked_and_published_in_the_summary() {
     let app = TestApp::spawn_with(AppOptions {
         workers: Workers::NONE,
         ..AppOptions::default()
@@ -430,20 +431,31 @@ async fn the_currency_is_checked_and_published_in_the_summary() {
         args.extend_from_slice(extra);
         origin(&args, &env)
     };
-    for bad in [
-        "--currency=vnd",
-        "--currency=EURO",
-        "--currency=",
-        "--currency=E1R",
+    for (bad, flag) in [
+        ("--currency=vnd", "--currency"),
+        ("--currency=EURO", "--currency"),
+        ("--currency=", "--currency"),
+        ("--currency=E1R", "--currency"),
+        ("--draw-beacon=beacon.example", "--draw-beacon"),
+        ("--draw-beacon=file:///etc/passwd", "--draw-beacon"),
+        ("--draw-beacon=https://u:p@beacon.example", "--draw-beacon"),
     ] {
         let out = create("cbad", &[bad]);
         assert_eq!(out.status.code(), Some(1), "{bad}: {}", text(&out));
-        assert!(text(&out).contains("--currency"), "{}", text(&out));
+        assert!(text(&out).contains(flag), "{}", text(&out));
     }
     let out = origin(&["sale", "show", "--sale", "cbad"], &env);
     assert!(!out.status.success(), "nothing was written: {}", text(&out));
 
-    let out = create("cvnd", &["--currency", "VND"]);
+    let out = create(
+        "cvnd",
+        &[
+            "--currency",
+            "VND",
+            "--draw-beacon",
+            "https://beacon.example/chain-1",
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let out = create("cdef", &[]);
     assert!(out.status.success(), "{}", text(&out));
@@ -451,6 +463,8 @@ async fn the_currency_is_checked_and_published_in_the_summary() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["currency"], "VND");
     assert_eq!(body["price_cents"], 2_500_000);
+    assert_eq!(body["draw_beacon"], "https://beacon.example/chain-1");
     let (_, body) = app.get("/api/sales/cdef", None).await;
     assert_eq!(body["currency"], "EUR", "default");
+    assert!(body["draw_beacon"].is_null(), "no beacon unless named");
 }

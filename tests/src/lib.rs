@@ -431,6 +431,7 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         bot_check: "none".into(),
         join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::DEFAULT_CURRENCY.into(),
+        draw_beacon: None,
     }
 }
 

@@ -139,5 +139,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "bot_check": cfg.bot_check,
         "join_limit": cfg.join_limit,
         "currency": cfg.currency,
+        // The beacon the edge's draw takes its round from (null: none).
+        "draw_beacon": cfg.draw_beacon,
     }))
 }
