@@ -1,5 +1,7 @@
 //! The `origin` command line (DESIGN.md's operator interface).
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
@@ -55,6 +57,9 @@ pub enum Command {
     /// The configuration read from the environment.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Independent checks of what the edge publishes.
+    #[command(subcommand)]
+    Audit(AuditCommand),
     /// Exits 0 if this host's origin answers GET /readyz with 200, else 1
     /// (the container image's HEALTHCHECK: the image has no shell or curl).
     Healthcheck {
@@ -198,6 +203,32 @@ pub struct CreateArgs {
     /// `<url>/public/<round>`). Unset: no beacon. Fixed once created.
     #[arg(long)]
     pub draw_beacon: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Verifies a finished draw from what the edge publishes: the seed
+    /// against its commitment, the Merkle root of the entrants, the key
+    /// (with the beacon's round, asked of the beacon), every value and the
+    /// order; with --receipt, one entrant's leaf, audit path and place.
+    /// Exit 1 names the first discrepancy.
+    Draw {
+        /// The edge's base URL (e.g. https://queue.shop.example).
+        #[arg(long, required_unless_present = "from")]
+        edge: Option<String>,
+        #[arg(long, required_unless_present = "from")]
+        sale: Option<String>,
+        /// A receipt (`GET /api/sales/{sale}/queue/receipt`, with the
+        /// `account` it belongs to) to check too.
+        #[arg(long)]
+        receipt: Option<PathBuf>,
+        /// Also saves what was downloaded here (`summary.json`, `draw.json`).
+        #[arg(long)]
+        save: Option<PathBuf>,
+        /// Checks a saved copy instead of downloading (no beacon request).
+        #[arg(long, conflicts_with_all = ["edge", "sale"])]
+        from: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -363,6 +394,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Config(ConfigCommand::Check { connect }) => config_check(connect).await,
         Command::Healthcheck { url } => healthcheck(url).await,
+        Command::Audit(AuditCommand::Draw {
+            edge,
+            sale,
+            receipt,
+            save,
+            from,
+        }) => {
+            crate::audit::run(
+                edge.as_deref(),
+                sale.as_deref(),
+                from.as_ref(),
+                save.as_ref(),
+                receipt.as_ref(),
+            )
+            .await
+        }
         Command::Migrate => {
             let pool = db::pg_pool(
                 configuration::database_url()?.expose_secret(),

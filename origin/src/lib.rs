@@ -2,6 +2,7 @@
 //! Postgres as the truth behind it. See each module's doc for the
 //! invariants it keeps; `reservations` holds the core protocol.
 
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod configuration;

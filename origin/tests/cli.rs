@@ -468,3 +468,170 @@ async fn the_currency_and_the_draw_beacon_are_checked_and_published_in_the_summa
     assert_eq!(body["currency"], "EUR", "default");
     assert!(body["draw_beacon"].is_null(), "no beacon unless named");
 }
+
+/// The documents an edge publishes after a draw of `n` entrants (made here
+/// with the draw's own arithmetic, as the edge makes them), and one
+/// entrant's receipt with their account.
+fn published_draw(
+    n: usize,
+    beacon: &[u8],
+) -> (serde_json::Value, serde_json::Value, serde_json::Value) {
+    use serde_json::json;
+    let seed = [5u8; 32];
+    let people: Vec<(String, [u8; 16])> = (0..n)
+        .map(|i| (format!("acct-{i}"), [(i * 7 % 256) as u8; 16]))
+        .collect();
+    let mut leaves: Vec<draw::Hash> = people.iter().map(|(a, s)| draw::leaf(a, s)).collect();
+    leaves.sort();
+    let root = draw::root(&leaves);
+    let key = draw::key(&seed, &root, beacon);
+    let mut rows: Vec<(draw::Hash, draw::Hash)> =
+        leaves.iter().map(|l| (draw::value(&key, l), *l)).collect();
+    rows.sort();
+    let entries: Vec<serde_json::Value> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (v, l))| json!({"place": i + 1, "leaf": draw::to_hex(l), "value": draw::to_hex(v)}))
+        .collect();
+    let summary = json!({
+        "sale": "audited",
+        "starts_at": "2026-12-01T12:00:00+00:00",
+        "draw_beacon": null,
+        "draw": {
+            "commitment": draw::commitment(&seed),
+            "entrants": n,
+            "entrants_root": draw::to_hex(&root),
+            "beacon": if beacon.is_empty() { json!("none") } else { json!({"round": 7, "value": hex::encode(beacon)}) },
+            "seed": hex::encode(seed),
+            "key": draw::to_hex(&key),
+        },
+    });
+    let (who, salt) = &people[17];
+    let me = draw::leaf(who, salt);
+    let idx = leaves.binary_search(&me).unwrap();
+    let receipt = json!({
+        "account": who,
+        "leaf": draw::to_hex(&me),
+        "salt": hex::encode(salt),
+        "leaf_index": idx,
+        "audit_path": draw::audit_path(&leaves, idx).unwrap().iter().map(draw::to_hex).collect::<Vec<_>>(),
+        "place": rows.iter().position(|(_, l)| *l == me).unwrap() + 1,
+    });
+    (summary, json!({"entries": entries}), receipt)
+}
+
+/// Issue 15 #6: `origin audit draw` passes an honest draw and its receipts,
+/// and a swapped pair, an injected leaf, another seed or another beacon
+/// value in what it reads each make it exit 1 naming the discrepancy.
+#[test]
+fn the_draw_auditor_passes_an_honest_draw_and_names_each_tampering() {
+    let audit =
+        |summary: &serde_json::Value, listing: &serde_json::Value, receipt: &serde_json::Value| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("summary.json"), summary.to_string()).unwrap();
+            std::fs::write(dir.path().join("draw.json"), listing.to_string()).unwrap();
+            let r = dir.path().join("receipt.json");
+            std::fs::write(&r, receipt.to_string()).unwrap();
+            let d = dir.path().to_str().unwrap().to_string();
+            origin(
+                &[
+                    "audit",
+                    "draw",
+                    "--from",
+                    &d,
+                    "--receipt",
+                    r.to_str().unwrap(),
+                ],
+                &[],
+            )
+        };
+    for beacon in [&b""[..], &[3u8; 32][..]] {
+        let (s, l, r) = published_draw(300, beacon);
+        let out = audit(&s, &l, &r);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains("the draw checks out"), "{}", text(&out));
+        assert!(
+            text(&out).contains("acct-17's leaf is in the tree"),
+            "{}",
+            text(&out)
+        );
+    }
+    let refused =
+        |s: &serde_json::Value, l: &serde_json::Value, r: &serde_json::Value, why: &str| {
+            let out = audit(s, l, r);
+            assert_eq!(out.status.code(), Some(1), "{why}: {}", text(&out));
+            assert!(
+                text(&out).contains(why),
+                "expected {why:?} in: {}",
+                text(&out)
+            );
+        };
+    let (s, l, r) = published_draw(300, &[3u8; 32]);
+    // A swapped pair of places.
+    let mut swapped = l.clone();
+    let e = swapped["entries"].as_array_mut().unwrap();
+    e.swap(40, 41);
+    e[40]["place"] = 41.into();
+    e[41]["place"] = 42.into();
+    refused(
+        &s,
+        &swapped,
+        &r,
+        "place 42 has a value not above place 41's",
+    );
+    // An injected leaf, its value made right, the count raised to match.
+    let mut injected = l.clone();
+    let extra = draw::leaf("sybil", &[1u8; 16]);
+    let key = draw::from_hex(s["draw"]["key"].as_str().unwrap()).unwrap();
+    let e = injected["entries"].as_array_mut().unwrap();
+    e.push(serde_json::json!({"place": 301, "leaf": draw::to_hex(&extra), "value": draw::to_hex(&draw::value(&key, &extra))}));
+    e.sort_by(|a, b| a["value"].as_str().cmp(&b["value"].as_str()));
+    for (i, x) in e.iter_mut().enumerate() {
+        x["place"] = (i + 1).into();
+    }
+    let mut more = s.clone();
+    more["draw"]["entrants"] = 301.into();
+    refused(
+        &more,
+        &injected,
+        &r,
+        "do not have the published entrants_root",
+    );
+    refused(
+        &s,
+        &injected,
+        &r,
+        "the listing has 301 entries, the summary says 300",
+    );
+    // Another seed.
+    let mut other_seed = s.clone();
+    other_seed["draw"]["seed"] = hex::encode([6u8; 32]).into();
+    refused(
+        &other_seed,
+        &l,
+        &r,
+        "the seed does not match the commitment",
+    );
+    // Another beacon value.
+    let mut other_beacon = s.clone();
+    other_beacon["draw"]["beacon"]["value"] = hex::encode([4u8; 32]).into();
+    refused(
+        &other_beacon,
+        &l,
+        &r,
+        "the key is not SHA-256(seed ‖ entrants_root ‖ beacon)",
+    );
+    // A receipt moved to another place.
+    let mut moved = r.clone();
+    moved["place"] = (r["place"].as_u64().unwrap() % 300 + 1).into();
+    refused(&s, &l, &moved, "does not have the receipt's leaf at place");
+    // Garbage is refused, not panicked on.
+    let mut broken = s.clone();
+    broken["draw"]["entrants_root"] = "xyz".into();
+    refused(
+        &broken,
+        &l,
+        &r,
+        "draw.entrants_root is not 64 lowercase hex digits",
+    );
+}
