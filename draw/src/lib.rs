@@ -124,6 +124,22 @@ impl RootBuilder {
         self.count == 0
     }
 
+    /// What to store to resume later: the leaf count and the pending
+    /// complete subtrees `(height, hash)`, largest first.
+    pub fn parts(&self) -> (u64, &[(u32, Hash)]) {
+        (self.count, &self.stack)
+    }
+
+    /// A builder resumed from [`RootBuilder::parts`]; `None` unless the
+    /// subtrees are exactly the binary digits of `count` (largest first),
+    /// so a corrupted store cannot make a wrong root silently.
+    pub fn resume(count: u64, stack: Vec<(u32, Hash)>) -> Option<Self> {
+        let mut digits: Vec<u32> = (0..64).rev().filter(|b| count >> b & 1 == 1).collect();
+        digits.dedup();
+        let heights: Vec<u32> = stack.iter().map(|(h, _)| *h).collect();
+        (heights == digits).then_some(RootBuilder { stack, count })
+    }
+
     /// The root of everything pushed. RFC 6962 splits at the largest power
     /// of two, so the complete subtrees fold from the right.
     pub fn finish(&self) -> Hash {

@@ -142,3 +142,26 @@ proptest! {
         prop_assert!(verify_audit_path(&all[i], i as u64, n as u64, &path, &root(&all)));
     }
 }
+
+proptest! {
+    /// A builder stopped anywhere and resumed from its stored parts gives
+    /// the same root; parts that do not match the count are refused.
+    #[test]
+    fn a_resumed_builder_gives_the_same_root(n in 0usize..300, cut in any::<prop::sample::Index>()) {
+        let all: Vec<[u8; 32]> = (0..n).map(|i| draw::leaf(&format!("a{i}"), &[1u8; 16])).collect();
+        let at = if n == 0 { 0 } else { cut.index(n + 1) };
+        let mut b = RootBuilder::new();
+        for l in &all[..at] {
+            b.push(l);
+        }
+        let (count, stack) = b.parts();
+        let mut r = RootBuilder::resume(count, stack.to_vec()).unwrap();
+        for l in &all[at..] {
+            r.push(l);
+        }
+        prop_assert_eq!(r.finish(), root(&all));
+        if !stack.is_empty() {
+            prop_assert!(RootBuilder::resume(count + 1, stack.to_vec()).is_none());
+        }
+    }
+}
