@@ -19,6 +19,47 @@ fn origin(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("origin binary runs")
 }
 
+/// An origin with no background workers, and the Redis URL it uses.
+async fn idle_app() -> (TestApp, String) {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    (app, redis_url())
+}
+
+/// The environment a CLI run needs to reach `app`'s database and keys.
+fn db_env<'a>(app: &'a TestApp, redis: &'a str) -> [(&'a str, &'a str); 3] {
+    [
+        ("DATABASE_URL", app.db.url.as_str()),
+        ("REDIS_URL", redis),
+        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
+    ]
+}
+
+/// `origin sale create` of a 10-unit sale starting now, plus `extra` flags.
+fn create_sale(env: &[(&str, &str)], sale: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "sale",
+        "create",
+        "--sale",
+        sale,
+        "--name",
+        "CLI sale",
+        "--units",
+        "10",
+        "--per-user-limit",
+        "1",
+        "--shards",
+        "1",
+        "--starts-at",
+        "now",
+    ];
+    args.extend_from_slice(extra);
+    origin(&args, env)
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -323,37 +364,9 @@ async fn without_auto_migrate_serve_waits_for_the_migrate_job() {
 /// once the sale exists (people may be in its queue from then on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_shards_are_checked_published_and_fixed() {
-    let app = TestApp::spawn_with(AppOptions {
-        workers: Workers::NONE,
-        ..AppOptions::default()
-    })
-    .await;
-    let redis = redis_url();
-    let env = [
-        ("DATABASE_URL", app.db.url.as_str()),
-        ("REDIS_URL", redis.as_str()),
-        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
-    ];
-    let create = |sale: &str, extra: &[&str]| {
-        let mut args = vec![
-            "sale",
-            "create",
-            "--sale",
-            sale,
-            "--name",
-            "Q",
-            "--units",
-            "10",
-            "--per-user-limit",
-            "1",
-            "--shards",
-            "1",
-            "--starts-at",
-            "now",
-        ];
-        args.extend_from_slice(extra);
-        origin(&args, &env)
-    };
+    let (app, redis) = idle_app().await;
+    let env = db_env(&app, &redis);
+    let create = |sale: &str, extra: &[&str]| create_sale(&env, sale, extra);
     for bad in [
         "--queue-shards=0",
         "--queue-shards=257",
@@ -398,38 +411,12 @@ async fn queue_shards_are_checked_published_and_fixed() {
 /// draw's beacon URL, which the edge reads from the summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_currency_and_the_draw_beacon_are_checked_and_published_in_the_summary() {
-    let app = TestApp::spawn_with(AppOptions {
-        workers: Workers::NONE,
-        ..AppOptions::default()
-    })
-    .await;
-    let redis = redis_url();
-    let env = [
-        ("DATABASE_URL", app.db.url.as_str()),
-        ("REDIS_URL", redis.as_str()),
-        ("REDIS_KEY_PREFIX", app.prefix.as_str()),
-    ];
+    let (app, redis) = idle_app().await;
+    let env = db_env(&app, &redis);
     let create = |sale: &str, extra: &[&str]| {
-        let mut args = vec![
-            "sale",
-            "create",
-            "--sale",
-            sale,
-            "--name",
-            "C",
-            "--units",
-            "10",
-            "--per-user-limit",
-            "1",
-            "--shards",
-            "1",
-            "--starts-at",
-            "now",
-            "--price-cents",
-            "2500000",
-        ];
-        args.extend_from_slice(extra);
-        origin(&args, &env)
+        let mut more = vec!["--price-cents", "2500000"];
+        more.extend_from_slice(extra);
+        create_sale(&env, sale, &more)
     };
     for (bad, flag) in [
         ("--currency=vnd", "--currency"),

@@ -31,30 +31,26 @@ async fn postgres_down(app: &TestApp, down: bool) {
     }
 }
 
+/// One reservation of one unit by `acct-<i>` (key `k-<i>`), which must be
+/// granted: its id and how long it took.
+async fn reserve_one(app: &TestApp, sale: &str, i: usize) -> (String, Duration) {
+    let token = app.admit(&format!("acct-{i}"), sale);
+    let t0 = Instant::now();
+    let (status, body, _) = app
+        .reserve(sale, Some(&token), Some(&format!("k-{i}")), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    (
+        body["reservation_id"].as_str().unwrap().to_string(),
+        t0.elapsed(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("pgdown", 100, 2, 2)).await;
-    let reserve = |i: usize| {
-        let app = &app;
-        async move {
-            let token = app.admit(&format!("acct-{i}"), "pgdown");
-            let t0 = Instant::now();
-            let (status, body, _) = app
-                .reserve(
-                    "pgdown",
-                    Some(&token),
-                    Some(&format!("k-{i}")),
-                    r#"{"qty":1}"#,
-                )
-                .await;
-            assert_eq!(status, 202, "{body}");
-            (
-                body["reservation_id"].as_str().unwrap().to_string(),
-                t0.elapsed(),
-            )
-        }
-    };
+    let reserve = |i: usize| reserve_one(&app, "pgdown", i);
     let mut told = HashSet::new();
     told.insert(reserve(0).await.0);
 
@@ -116,21 +112,7 @@ async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
 async fn the_summary_answers_from_redis_while_postgres_is_down() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("pgsum", 100, 2, 2)).await;
-    let reserve = |i: usize| {
-        let app = &app;
-        async move {
-            let token = app.admit(&format!("acct-{i}"), "pgsum");
-            let (status, body, _) = app
-                .reserve(
-                    "pgsum",
-                    Some(&token),
-                    Some(&format!("k-{i}")),
-                    r#"{"qty":1}"#,
-                )
-                .await;
-            assert_eq!(status, 202, "{body}");
-        }
-    };
+    let reserve = |i: usize| reserve_one(&app, "pgsum", i);
     reserve(0).await;
     let (status, body) = app.get("/api/sales/pgsum", None).await;
     assert_eq!(status, 200, "{body}");
