@@ -687,12 +687,17 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
         matches!(took, origin::reservations::Took::Held(_)),
         "{took:?}"
     );
-    // The process is gone. The hold is still found:
+    // The process is gone. The hold is still found (live: held, or already
+    // settled by the settler running beside this test):
     let token = app.admit("dora", "crashspill");
     let (s, b) = app
         .get(&format!("/api/reservations/{hold_id}"), Some(&token))
         .await;
-    assert_eq!((s, b["status"].as_str()), (200, Some("held")), "{b}");
+    assert_eq!(s, 200, "{b}");
+    assert!(
+        matches!(b["status"].as_str(), Some("held" | "settled")),
+        "a live hold: {b}"
+    );
     let found = engine.find_hold(&sale, &hold_id, home).await.unwrap();
     assert_eq!(
         found.map(|(s, _)| s),
