@@ -130,15 +130,49 @@ pub const FRONTIER_HORIZON_MS: u64 = 2_500;
 /// keeps that promise across a freeze), so no isolate is ahead of it
 /// (unless the sale sold out meanwhile, which the sold-out flag covers).
 pub fn frontier_at(s: &Snapshot, now_ms: u64) -> u64 {
-    let rate = if s.frontier_rate.is_finite() && s.frontier_rate > 0.0 {
-        s.frontier_rate
-    } else {
-        0.0
-    };
-    let dt = now_ms.saturating_sub(s.now_ms).min(FRONTIER_HORIZON_MS) as f64 / 1000.0;
-    let moved = (s.frontier as f64 + rate * dt).floor();
-    let cap = s.frontier_cap.max(s.frontier) as f64;
-    moved.min(cap).max(s.frontier as f64) as u64
+    Promise::of(s).at(now_ms)
+}
+
+/// What a snapshot lets isolates show: its frontier, moving at its rate up
+/// to its cap for one horizon. The coordinator keeps the promises of the
+/// snapshots it served and never lets the frontier fall behind any of them
+/// at the same moment (a freeze stops its own clock, not theirs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Promise {
+    pub at_ms: u64,
+    pub frontier: u64,
+    pub rate: f64,
+    pub cap: u64,
+}
+
+impl Promise {
+    pub fn of(s: &Snapshot) -> Self {
+        Promise {
+            at_ms: s.now_ms,
+            frontier: s.frontier,
+            rate: s.frontier_rate,
+            cap: s.frontier_cap,
+        }
+    }
+
+    /// The frontier it shows at `now_ms` (wall clock).
+    pub fn at(&self, now_ms: u64) -> u64 {
+        let rate = if self.rate.is_finite() && self.rate > 0.0 {
+            self.rate
+        } else {
+            0.0
+        };
+        let dt = now_ms.saturating_sub(self.at_ms).min(FRONTIER_HORIZON_MS) as f64 / 1000.0;
+        let moved = (self.frontier as f64 + rate * dt).floor();
+        let cap = self.cap.max(self.frontier) as f64;
+        moved.min(cap).max(self.frontier as f64) as u64
+    }
+
+    /// Whether it can still show more than it did one horizon on: after
+    /// that it is a constant the frontier has already passed.
+    pub fn live(&self, now_ms: u64) -> bool {
+        now_ms <= self.at_ms + FRONTIER_HORIZON_MS + 1_000
+    }
 }
 
 fn one() -> u32 {
@@ -748,6 +782,32 @@ mod tests {
         assert_eq!(frontier_at(&s, t + FRONTIER_HORIZON_MS), 20);
         // A snapshot kept long past its refresh (coordinator slow): no further.
         assert_eq!(frontier_at(&s, t + 60_000), 20);
+    }
+
+    #[test]
+    fn a_promise_moves_with_the_clock_and_stops_one_horizon_on() {
+        let p = Promise {
+            at_ms: 10_000,
+            frontier: 100,
+            rate: 2.0,
+            cap: 1_000,
+        };
+        // Not ahead of the time it is asked about (a floor taken at t must
+        // not add the time since the snapshot twice).
+        assert_eq!(p.at(10_000), 100);
+        assert_eq!(p.at(11_000), 102);
+        assert_eq!(p.at(12_500), 105);
+        assert_eq!(p.at(60_000), 105);
+        assert!(p.live(13_500) && !p.live(13_501));
+        assert_eq!(Promise { cap: 103, ..p }.at(60_000), 103);
+        assert_eq!(
+            Promise {
+                rate: f64::NAN,
+                ..p
+            }
+            .at(60_000),
+            100
+        );
     }
 
     #[test]

@@ -31,7 +31,7 @@
 //!   of people not seen for 30 s who hold nothing (`turns`), once and for
 //!   good, and their share of the inventory cap goes to the next people.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
 use serde::Deserialize;
@@ -73,13 +73,13 @@ pub struct SaleQueue {
     /// The origin's health from the last summary fetch; `None` when that
     /// fetch failed (memory only: the alarm fetches before it steps).
     sample: Cell<Option<Sample>>,
-    /// The highest frontier an isolate may show from a snapshot this object
-    /// served (`queue::frontier_at` up to `queue::FRONTIER_HORIZON_MS` past
-    /// it): the frontier never falls behind it, so a freeze (origin silent,
-    /// pause) that stops the service clock never takes back a turn
-    /// someone was just told they have. Memory only (an evicted object
-    /// forgets it; its isolates then fall back by at most one horizon).
-    promised: Cell<f64>,
+    /// What the snapshots this object served in the last horizon let
+    /// isolates show (`queue::Promise`): the frontier never falls behind
+    /// any of them at the same moment, so a freeze (origin silent, pause)
+    /// that stops the service clock never takes back a turn someone was
+    /// just told they have. Memory only (an evicted object forgets them;
+    /// its isolates then fall back by at most one horizon).
+    promises: RefCell<Vec<queue::Promise>>,
 }
 
 #[derive(Deserialize)]
@@ -445,9 +445,18 @@ impl SaleQueue {
             sold_out: self.sold_out(now),
             freed: self.freed_after(expired),
         };
-        // Never behind what isolates were allowed to extrapolate to.
-        f.admitted = f.admitted.max(self.promised.get().min(placed as f64));
         f.advance(self.params(), inp);
+        // Never behind what isolates are showing now (a freeze stops this
+        // object's clock, not theirs); taken after the advance, so the
+        // promise's own time is not added twice.
+        let shown = self
+            .promises
+            .borrow()
+            .iter()
+            .map(|p| p.at(now))
+            .max()
+            .unwrap_or(0);
+        f.admitted = f.admitted.max(shown.min(placed) as f64);
         let (cap, rate) = f.ceiling(self.params(), inp);
         (f, cap, rate)
     }
@@ -455,8 +464,11 @@ impl SaleQueue {
     /// The snapshot isolates extrapolate from; notes how far they may go.
     fn snapshot(&self, sale: &str, now: u64) -> ApiResult<Snapshot> {
         let s = self.snapshot_now(sale, now)?;
-        let reach = queue::frontier_at(&s, s.now_ms + queue::FRONTIER_HORIZON_MS) as f64;
-        self.promised.set(self.promised.get().max(reach));
+        let mut promises = self.promises.borrow_mut();
+        promises.retain(|p| p.live(now));
+        if promises.len() < 256 {
+            promises.push(queue::Promise::of(&s));
+        }
         Ok(s)
     }
 
@@ -920,7 +932,7 @@ impl DurableObject for SaleQueue {
             requests: Cell::new(0),
             alarm_known: Cell::new(false),
             sample: Cell::new(None),
-            promised: Cell::new(0.0),
+            promises: RefCell::new(Vec::new()),
         };
         if let Err(e) = q.init() {
             worker::console_error!("sale queue init: {}", e.message);
