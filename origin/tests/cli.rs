@@ -322,29 +322,15 @@ async fn without_auto_migrate_serve_waits_for_the_migrate_job() {
         refused.log()
     );
     let redis = redis_url();
-    let create = origin(
-        &[
-            "sale",
-            "create",
-            "--sale",
-            "early",
-            "--name",
-            "Too early",
-            "--units",
-            "1",
-            "--per-user-limit",
-            "1",
-            "--shards",
-            "1",
-            "--starts-at",
-            "now",
-        ],
+    let create = create_sale(
         &[
             ("DATABASE_URL", &fresh_url),
             ("REDIS_URL", &redis),
             ("REDIS_KEY_PREFIX", &app.prefix),
             ("ORIGIN_AUTO_MIGRATE", "0"),
         ],
+        "early",
+        &[],
     );
     assert_eq!(create.status.code(), Some(1), "{}", text(&create));
     assert!(
