@@ -1,171 +1,252 @@
-//! The verifiable pre-queue draw.
+//! The verifiable pre-queue draw (DESIGN.md "The draw, v2"), as the edge
+//! runs it: the arithmetic lives in the `draw` crate (shared with the
+//! origin's auditor); this module is the edge's use of it with hex strings
+//! as they are stored and served.
 //!
-//! Role: turn the set of accounts that joined before `starts_at` into a
-//! uniformly random order that nobody (not the shop, not the edge, not an
-//! early arrival) can steer, and that anybody can check afterwards.
+//! How a place is derived (the documented, public method):
 //!
-//! How a place is derived (this is the documented, public method):
-//!
-//! 1. When the sale's queue is created the edge draws a 32-byte seed from the
-//!    platform CSPRNG and publishes only its commitment
-//!    `commitment = hex(SHA-256(seed))`.
-//! 2. At `starts_at` every pre-queue entrant gets the draw value
-//!    `key(account) = hex(SHA-256(hex(seed) + ":" + account))`.
-//! 3. Entrants are sorted by `key` ascending (ties, which need a SHA-256
-//!    collision, by account id); the first gets place 1, the next place 2, …
-//! 4. After the draw the seed itself is published. A person checks their own
-//!    draw by recomputing `SHA-256(seed)` (must equal the commitment) and
-//!    their `key`; an auditor given the list of draw values checks the whole
-//!    order is sorted.
+//! 1. When the sale's queue is created the coordinator draws a 32-byte seed
+//!    from the platform CSPRNG and publishes only `commitment =
+//!    hex(SHA-256(seed))`, with the beacon the sale names (or `none`).
+//! 2. Each entrant gets a 16-byte random salt at join (in their ticket);
+//!    `leaf = SHA-256("fs-leaf:" ‖ account ‖ ":" ‖ hex(salt))`.
+//! 3. At `starts_at` the entrant set freezes: an RFC 6962 Merkle tree over
+//!    the sorted leaves of every shard; its root and count are published.
+//! 4. `beacon` = the randomness of the first beacon round at or after
+//!    `starts_at` (empty when the sale names none or it did not answer).
+//! 5. `key = SHA-256(seed ‖ entrants_root ‖ beacon)`, `value = SHA-256(key ‖
+//!    leaf)`; places are ranks of value, ascending.
 //!
 //! Invariants kept here:
-//! - the order depends only on the seed and the set of account ids, never on
-//!   arrival order or arrival time (the input order is irrelevant: we sort);
+//! - the order depends only on the key and the set of leaves, never on
+//!   arrival order or time (the input order is irrelevant: we sort);
 //! - places are exactly `1..=n`, each used once;
-//! - the seed is unknown to everyone until the draw, so nobody can choose an
-//!   account id that sorts first.
+//! - nobody can choose an entry that sorts first: the key needs the seed
+//!   (secret until the draw), the frozen set's root (fixed before the key)
+//!   and the beacon (unknown to everyone until after the start).
 
+pub use draw::Hash;
 use sha2::{Digest, Sha256};
 
-/// Length of a draw seed in bytes.
+/// Bytes of the secret seed.
 pub const SEED_BYTES: usize = 32;
 
-/// Human-readable statement of the method, published with the sale summary.
-pub const METHOD: &str = "place = rank (ascending, 1-based) of hex(SHA-256(seed_hex + \":\" + account)) among all pre-queue entrants; commitment = hex(SHA-256(seed bytes))";
+/// The method, as published with every draw.
+pub const METHOD: &str = "draw v2: leaf = SHA-256(\"fs-leaf:\" ‖ account ‖ \":\" ‖ hex(salt)); entrants_root = RFC 6962 Merkle root of the sorted leaves; key = SHA-256(seed ‖ entrants_root ‖ beacon); value = SHA-256(key ‖ leaf); place = rank of value, ascending; commitment = hex(SHA-256(seed))";
 
-/// `hex(SHA-256(seed))`: published before anyone can join.
+/// `hex(SHA-256(seed))`, published before anyone joins.
 pub fn commitment(seed: &[u8]) -> String {
-    hex::encode(Sha256::digest(seed))
+    draw::commitment(seed)
 }
 
-/// Checks a published seed (hex) against a published commitment.
+/// Whether `seed_hex` is the seed `commitment_hex` commits to.
 pub fn seed_matches(seed_hex: &str, commitment_hex: &str) -> bool {
-    match hex::decode(seed_hex) {
-        Ok(seed) => commitment(&seed) == commitment_hex.to_ascii_lowercase(),
-        Err(_) => false,
+    hex::decode(seed_hex).is_ok_and(|s| commitment(&s) == commitment_hex)
+}
+
+/// A hash as JSON carries it (lowercase hex).
+pub fn to_hex_hash(h: &Hash) -> String {
+    draw::to_hex(h)
+}
+
+/// An entrant's leaf (hex) from their account and salt.
+pub fn leaf_hex(account: &str, salt: &[u8; 16]) -> String {
+    draw::to_hex(&draw::leaf(account, salt))
+}
+
+/// The leaf (hex) of a ticket's holder, from the salt (hex) it carries.
+pub fn leaf_of_ticket(account: &str, salt_hex: &str) -> Option<String> {
+    let salt: [u8; 16] = hex::decode(salt_hex).ok()?.try_into().ok()?;
+    Some(leaf_hex(account, &salt))
+}
+
+/// `hex(SHA-256(key ‖ leaf))`: a leaf's draw value. A leaf that is not hex
+/// (never stored by the edge) is hashed as its text, so it still gets a
+/// value and nothing panics.
+pub fn value_hex(key: &Hash, leaf_hex: &str) -> String {
+    match draw::from_hex(leaf_hex) {
+        Some(l) => draw::to_hex(&draw::value(key, &l)),
+        None => hex::encode(
+            Sha256::new()
+                .chain_update(key)
+                .chain_update(leaf_hex)
+                .finalize(),
+        ),
     }
 }
 
-/// The draw value of one account: `hex(SHA-256(seed_hex ":" account))`.
-pub fn draw_key(seed_hex: &str, account: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(seed_hex.as_bytes());
-    h.update(b":");
-    h.update(account.as_bytes());
-    hex::encode(h.finalize())
-}
-
-/// One drawn entrant.
+/// One entrant's result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drawn {
-    pub account: String,
-    pub key: String,
+    pub leaf: String,
+    pub value: String,
     /// 1-based place in line.
     pub place: u64,
 }
 
-/// Draws the order of `accounts` (given in any order, e.g. arrival order).
-pub fn draw_order<S: AsRef<str>>(seed_hex: &str, accounts: &[S]) -> Vec<Drawn> {
-    let mut keyed: Vec<(String, &str)> = accounts
+/// Draws the order of `leaves` (given in any order, e.g. arrival order)
+/// under `key`: what one object sorting everyone would give, and what the
+/// sharded draw must equal.
+pub fn draw_order<S: AsRef<str>>(key: &Hash, leaves: &[S]) -> Vec<Drawn> {
+    let mut valued: Vec<(String, &str)> = leaves
         .iter()
-        .map(|a| (draw_key(seed_hex, a.as_ref()), a.as_ref()))
+        .map(|l| (value_hex(key, l.as_ref()), l.as_ref()))
         .collect();
-    keyed.sort_unstable();
-    keyed
+    valued.sort_unstable();
+    valued
         .into_iter()
         .enumerate()
-        .map(|(i, (key, account))| Drawn {
-            account: account.to_string(),
-            key,
+        .map(|(i, (value, leaf))| Drawn {
+            leaf: leaf.to_string(),
+            value,
             place: i as u64 + 1,
         })
         .collect()
 }
 
-// ---------------------------------------------------------------- buckets
-//
-// So that nobody's first poll after the draw has to reach the Durable
-// Object, the drawn order is also served in buckets: the key space is cut
-// into `B` equal ranges by the first 64 bits of the draw value; bucket `i`
-// holds the (sorted) draw values falling in range `i` and the place of its
-// first one. The edge computes a person's draw value from the published
-// seed, fetches that one bucket (immutable once drawn, so cached for good)
-// and reads the place off it: the object serves about `B` requests per
-// cache, not one per person.
-
-/// Target number of draw values per bucket.
-pub const BUCKET_SIZE: u64 = 512;
-
-/// How many buckets a draw of `n` entrants is served in (at least one).
-pub fn bucket_count(n: u64) -> u64 {
-    n.div_ceil(BUCKET_SIZE).max(1)
+/// The key of a whole draw over `leaves` (hex, any order): what the
+/// coordinator computes from its freeze, for tests and benchmarks.
+pub fn key_of(seed: &[u8], leaves: &[String], beacon: &[u8]) -> Hash {
+    let mut sorted: Vec<Hash> = leaves.iter().filter_map(|l| draw::from_hex(l)).collect();
+    sorted.sort_unstable();
+    draw::key(seed, &draw::root(&sorted), beacon)
 }
 
-fn prefix64(key_hex: &str) -> Option<u64> {
-    key_hex
-        .get(..16)
-        .and_then(|p| u64::from_str_radix(p, 16).ok())
+/// How long the coordinator waits for the beacon's round (from when it is
+/// due, or from the freeze if later) before drawing without it.
+pub const BEACON_GIVE_UP_MS: u64 = 60_000;
+
+/// What the coordinator does next about the beacon, from what it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconNext {
+    /// Ask `<url>/info` for the period and genesis.
+    Info,
+    /// The round is not published before this (unix ms): wait.
+    WaitUntil(u64),
+    /// Ask `<url>/public/<round>`.
+    Fetch(u64),
+    /// Waited long enough: draw with an empty beacon, and say so.
+    GiveUp,
 }
 
-/// The bucket a draw value falls in (None for a malformed value).
-pub fn bucket_of(key_hex: &str, buckets: u64) -> Option<u64> {
-    let b = buckets.max(1);
-    prefix64(key_hex).map(|p| ((u128::from(p) * u128::from(b)) >> 64) as u64)
-}
-
-/// The lowest 64-bit prefix in bucket `i`: ceil(i × 2^64 / B).
-fn bucket_start(i: u64, buckets: u64) -> u128 {
-    (u128::from(i) << 64).div_ceil(u128::from(buckets.max(1)))
-}
-
-/// Bounds of bucket `i` as 16-hex-digit prefixes: values `v` with
-/// `lo <= v` and (if there is an upper bound) `v < hi`, compared as strings
-/// (lower-case hex of equal prefix length sorts like the numbers).
-pub fn bucket_bounds(i: u64, buckets: u64) -> (String, Option<String>) {
-    let lo = format!("{:016x}", bucket_start(i, buckets) as u64);
-    let hi =
-        (i + 1 < buckets.max(1)).then(|| format!("{:016x}", bucket_start(i + 1, buckets) as u64));
-    (lo, hi)
-}
-
-/// The place of `key_hex` given its bucket's first place and sorted values.
-pub fn place_in_bucket(first_place: u64, sorted_keys: &[String], key_hex: &str) -> Option<u64> {
-    sorted_keys
-        .binary_search_by(|k| k.as_str().cmp(key_hex))
-        .ok()
-        .map(|i| first_place + i as u64)
+/// `info`: the beacon's `(genesis_time, period)` in seconds once known;
+/// `frozen_at_ms`: when the entrant set froze (the wait counts from the
+/// later of it and the round's time).
+pub fn beacon_next(
+    now_ms: u64,
+    starts_at_ms: u64,
+    frozen_at_ms: u64,
+    info: Option<(u64, u64)>,
+) -> BeaconNext {
+    let give_up = |from: u64| now_ms >= from.max(frozen_at_ms) + BEACON_GIVE_UP_MS;
+    let Some((genesis, period)) = info else {
+        return if give_up(frozen_at_ms) {
+            BeaconNext::GiveUp
+        } else {
+            BeaconNext::Info
+        };
+    };
+    let Some(round) = draw::beacon_round(genesis, period, starts_at_ms.div_ceil(1000)) else {
+        return BeaconNext::GiveUp;
+    };
+    let at_ms = genesis
+        .saturating_add((round - 1).saturating_mul(period))
+        .saturating_mul(1000);
+    if give_up(at_ms) {
+        BeaconNext::GiveUp
+    } else if now_ms < at_ms {
+        BeaconNext::WaitUntil(at_ms)
+    } else {
+        BeaconNext::Fetch(round)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn seed_for(i: u64) -> String {
+    fn seed_for(i: u64) -> [u8; 32] {
         // Deterministic seeds so the statistics below are reproducible.
-        hex::encode(Sha256::digest(format!("test-seed-{i}").as_bytes()))
+        Sha256::digest(format!("test-seed-{i}").as_bytes()).into()
+    }
+
+    /// Entrants' leaves with salts drawn from `d` (a draw's entrants get
+    /// fresh salts at every sale).
+    fn leaves_for(d: u64, accounts: &[String]) -> Vec<String> {
+        accounts
+            .iter()
+            .map(|a| {
+                let s: [u8; 32] = Sha256::digest(format!("salt-{d}-{a}").as_bytes()).into();
+                leaf_hex(a, s[..16].try_into().unwrap())
+            })
+            .collect()
     }
 
     /// A fixed vector (also checked in Wasm by edge/tests/wasm.rs and
     /// reproducible with any SHA-256 tool).
     #[test]
     fn draw_vector_is_stable() {
-        let seed = "00".repeat(32);
         assert_eq!(
             commitment(&[0u8; 32]),
             "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
         );
-        assert_eq!(
-            draw_key(&seed, "acct-1"),
-            "e3183815948baedd2fc7f79d11c7109d5d9697c21372d6d49788fec4672748eb"
-        );
-        let accounts = ["acct-1", "acct-2", "acct-3", "acct-4", "acct-5", "acct-6"];
-        let names: Vec<String> = draw_order(&seed, &accounts)
-            .into_iter()
-            .map(|d| d.account)
+        let accounts: Vec<String> = (1..=6).map(|i| format!("acct-{i}")).collect();
+        let leaves: Vec<String> = accounts.iter().map(|a| leaf_hex(a, &[0u8; 16])).collect();
+        let key = key_of(&[0u8; 32], &leaves, b"");
+        let order: Vec<usize> = draw_order(&key, &leaves)
+            .iter()
+            .map(|d| leaves.iter().position(|l| *l == d.leaf).unwrap() + 1)
             .collect();
+        assert_eq!(order, VECTOR_ORDER);
         assert_eq!(
-            names,
-            ["acct-3", "acct-5", "acct-2", "acct-1", "acct-6", "acct-4"]
+            draw::to_hex(&key),
+            "0f0ef61620a35c30ae53ca79755b6fd3b884d315de2764da22f4efddda95717d"
+        );
+    }
+
+    /// The accounts `acct-1..6` (salt 0) in drawn order under seed 0 and no
+    /// beacon (key 0f0ef616…; recomputed with Python's hashlib).
+    const VECTOR_ORDER: [usize; 6] = [6, 5, 1, 4, 3, 2];
+
+    #[test]
+    fn the_beacon_round_is_the_first_at_or_after_the_start_and_waited_for_60_s() {
+        // Rounds every 3 s from t = 1000 s: round r at 1000 + 3 (r − 1).
+        let info = Some((1_000, 3));
+        let starts = 1_010_500; // 1010.5 s: round 5 (1012 s) is the first after
+        assert_eq!(
+            beacon_next(1_011_000, starts, 1_011_000, info),
+            BeaconNext::WaitUntil(1_012_000)
+        );
+        assert_eq!(
+            beacon_next(1_012_000, starts, 1_011_000, info),
+            BeaconNext::Fetch(5)
+        );
+        assert_eq!(
+            beacon_next(1_071_999, starts, 1_011_000, info),
+            BeaconNext::Fetch(5)
+        );
+        assert_eq!(
+            beacon_next(1_072_000, starts, 1_011_000, info),
+            BeaconNext::GiveUp
+        );
+        // A freeze later than the round: the 60 s count from the freeze.
+        assert_eq!(
+            beacon_next(1_080_000, starts, 1_030_000, info),
+            BeaconNext::Fetch(5)
+        );
+        // No info yet: ask, and give up 60 s after the freeze.
+        assert_eq!(
+            beacon_next(1_011_000, starts, 1_011_000, None),
+            BeaconNext::Info
+        );
+        assert_eq!(
+            beacon_next(1_071_000, starts, 1_011_000, None),
+            BeaconNext::GiveUp
+        );
+        // A start exactly on a round uses that round.
+        assert_eq!(
+            beacon_next(1_013_000, 1_012_000, 1_012_000, info),
+            BeaconNext::Fetch(5)
         );
     }
 
@@ -182,69 +263,48 @@ mod tests {
     #[test]
     fn places_are_a_permutation_and_ignore_input_order() {
         let accounts: Vec<String> = (0..500).map(|i| format!("acct-{i}")).collect();
-        let seed = seed_for(1);
-        let a = draw_order(&seed, &accounts);
+        let leaves = leaves_for(1, &accounts);
+        let key = key_of(&seed_for(1), &leaves, b"beacon");
+        let a = draw_order(&key, &leaves);
         let mut places: Vec<u64> = a.iter().map(|d| d.place).collect();
         places.sort_unstable();
         assert_eq!(places, (1..=500).collect::<Vec<_>>());
-        let mut reversed = accounts.clone();
+        let mut reversed = leaves.clone();
         reversed.reverse();
         assert_eq!(
             a,
-            draw_order(&seed, &reversed),
+            draw_order(&key, &reversed),
             "arrival order is irrelevant"
         );
-        let b = draw_order(&seed_for(2), &accounts);
-        assert_ne!(a, b, "another seed gives another order");
-        // Each place is checkable from the seed alone.
+        let other_beacon = key_of(&seed_for(1), &leaves, b"other");
+        assert_ne!(
+            a,
+            draw_order(&other_beacon, &leaves),
+            "another beacon, another order"
+        );
+        // Each value is checkable from the key and the leaf alone.
         for d in &a {
-            assert_eq!(d.key, draw_key(&seed, &d.account));
+            assert_eq!(d.value, value_hex(&key, &d.leaf));
         }
     }
 
     #[test]
-    fn buckets_reproduce_every_place() {
-        let accounts: Vec<String> = (0..2_000).map(|i| format!("acct-{i}")).collect();
-        let seed = seed_for(7);
-        let drawn = draw_order(&seed, &accounts);
-        let b = bucket_count(accounts.len() as u64);
-        assert_eq!(b, 4);
-        // Build the buckets the way the object serves them (range queries).
-        let mut buckets: Vec<(u64, Vec<String>)> = Vec::new();
-        for i in 0..b {
-            let (lo, hi) = bucket_bounds(i, b);
-            let keys: Vec<&Drawn> = drawn
-                .iter()
-                .filter(|d| {
-                    d.key.as_str() >= lo.as_str()
-                        && hi.as_ref().is_none_or(|h| d.key.as_str() < h.as_str())
-                })
-                .collect();
-            let first = keys.first().map(|d| d.place).unwrap_or(0);
-            buckets.push((first, keys.iter().map(|d| d.key.clone()).collect()));
-        }
-        let total: usize = buckets.iter().map(|(_, k)| k.len()).sum();
+    fn a_ticket_salt_gives_the_leaf_and_bad_salts_none() {
+        let salt = [9u8; 16];
         assert_eq!(
-            total,
-            accounts.len(),
-            "every value is in exactly one bucket"
+            leaf_of_ticket("a", &hex::encode(salt)),
+            Some(leaf_hex("a", &salt))
         );
-        for d in &drawn {
-            let i = bucket_of(&d.key, b).unwrap();
-            let (first, keys) = &buckets[i as usize];
-            assert_eq!(place_in_bucket(*first, keys, &d.key), Some(d.place));
-        }
-        assert_eq!(bucket_of("zz", b), None);
-        assert_eq!(bucket_of(&"f".repeat(64), b), Some(b - 1));
-        assert_eq!(bucket_of(&"0".repeat(64), b), Some(0));
-        assert_eq!(bucket_bounds(0, 1), ("0000000000000000".into(), None));
+        assert_eq!(leaf_of_ticket("a", "zz"), None);
+        assert_eq!(leaf_of_ticket("a", "00"), None);
+        assert_eq!(value_hex(&[0u8; 32], "not hex").len(), 64);
     }
 
     /// Pearson chi-square statistic of observed counts against a flat expectation.
     fn chi_square(counts: &[u64], expected: f64) -> f64 {
         counts
             .iter()
-            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .map(|&o| (o as f64 - expected).powi(2) / expected)
             .sum()
     }
 
@@ -294,13 +354,16 @@ mod tests {
     }
 
     fn drawn_places(d: u64, accounts: &[String]) -> Vec<u64> {
-        // Returns places indexed by arrival (accounts are in arrival order).
-        let seed = seed_for(d);
-        let mut by_account = std::collections::HashMap::new();
-        for x in draw_order(&seed, accounts) {
-            by_account.insert(x.account, x.place);
+        // Returns places indexed by arrival (accounts are in arrival order):
+        // the whole v2 draw, salts, freeze root, beacon and key included.
+        let leaves = leaves_for(d, accounts);
+        let beacon = Sha256::digest(format!("beacon-{d}").as_bytes());
+        let key = key_of(&seed_for(d), &leaves, &beacon);
+        let mut by_leaf = std::collections::HashMap::new();
+        for x in draw_order(&key, &leaves) {
+            by_leaf.insert(x.leaf, x.place);
         }
-        accounts.iter().map(|a| by_account[a]).collect()
+        leaves.iter().map(|l| by_leaf[l]).collect()
     }
 
     /// Fairness (DESIGN invariant 6): 2,000 pre-queue entrants over 200
@@ -330,9 +393,9 @@ mod tests {
         let biased = |d: u64, accounts: &[String]| -> Vec<u64> {
             let n = accounts.len();
             let mut order: Vec<usize> = (0..n).collect();
-            let seed = seed_for(d);
-            for (i, account) in accounts.iter().enumerate() {
-                let k = draw_key(&seed, account);
+            let key = seed_for(d);
+            for (i, leaf) in leaves_for(d, accounts).iter().enumerate() {
+                let k = value_hex(&key, leaf);
                 let r = u64::from_str_radix(&k[..12], 16).unwrap() as usize;
                 let j = (i + r % 300).min(n - 1);
                 order.swap(i, j);

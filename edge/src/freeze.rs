@@ -28,8 +28,26 @@
 
 use std::collections::VecDeque;
 
+use std::marker::PhantomData;
+
 use draw::{Hash, RootBuilder};
 use serde::{Deserialize, Serialize};
+
+/// What a freeze merges: fixed-size byte strings ordered as bytes. The
+/// entrant set merges leaves ([`Hash`]); the published listing merges
+/// `value ‖ leaf` pairs (`[u8; 64]`, ordered by value: values are unique).
+pub trait Item: Copy + Ord + AsRef<[u8]> {
+    fn from_hex(s: &str) -> Option<Self>;
+    fn to_hex(&self) -> String {
+        hex::encode(self)
+    }
+}
+
+impl<const N: usize> Item for [u8; N] {
+    fn from_hex(s: &str) -> Option<Self> {
+        hex::decode(s).ok()?.try_into().ok()
+    }
+}
 
 /// Leaves per stored chunk (a power of two: RFC 6962 keeps aligned chunks
 /// whole subtrees).
@@ -46,7 +64,8 @@ pub struct Cursor {
 
 /// The stored state of the freeze.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Freeze {
+#[serde(bound = "")]
+pub struct Freeze<T = Hash> {
     pub shards: Vec<Cursor>,
     /// Merged leaves not yet in a written chunk (fewer than [`CHUNK`]).
     pub pending: Vec<String>,
@@ -57,21 +76,32 @@ pub struct Freeze {
     pub merged: u64,
     /// The Merkle root of every leaf, once all are merged.
     pub root: Option<String>,
+    #[serde(skip)]
+    pub item: PhantomData<T>,
 }
 
 /// Leaves in hand for one shard (memory only), ascending: what pages
 /// fetched after its cursor brought and the merge has not taken yet.
-#[derive(Debug, Clone, Default)]
-pub struct Page {
-    pub leaves: VecDeque<Hash>,
+#[derive(Debug, Clone)]
+pub struct Page<T = Hash> {
+    pub leaves: VecDeque<T>,
     /// A page came back shorter than asked: nothing follows these.
     pub last: bool,
 }
 
-impl Page {
+impl<T> Default for Page<T> {
+    fn default() -> Self {
+        Page {
+            leaves: VecDeque::new(),
+            last: false,
+        }
+    }
+}
+
+impl<T> Page<T> {
     /// Adds a fetched page (asked after [`Freeze::wants`]' leaf, `asked`
     /// long).
-    pub fn extend(&mut self, fetched: Vec<Hash>, asked: usize) {
+    pub fn extend(&mut self, fetched: Vec<T>, asked: usize) {
         self.last = fetched.len() < asked;
         self.leaves.extend(fetched);
     }
@@ -87,17 +117,17 @@ pub struct Want {
 
 /// A chunk to store: its index, its leaves and their root.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
+pub struct Chunk<T = Hash> {
     pub index: u64,
-    pub leaves: Vec<Hash>,
+    pub leaves: Vec<T>,
     pub root: Hash,
 }
 
 /// What a merge step produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Merged {
+pub struct Merged<T = Hash> {
     /// Chunks completed by this step (the last one may be short once done).
-    pub chunks: Vec<Chunk>,
+    pub chunks: Vec<Chunk<T>>,
     /// Leaves merged by this step.
     pub leaves: usize,
 }
@@ -106,7 +136,7 @@ fn hex32(s: &str) -> Option<Hash> {
     draw::from_hex(s)
 }
 
-impl Freeze {
+impl<T: Item> Freeze<T> {
     /// The freeze of `shards` shards, nothing merged.
     pub fn start(shards: u32) -> Self {
         Freeze {
@@ -116,6 +146,7 @@ impl Freeze {
             builder: Vec::new(),
             merged: 0,
             root: None,
+            item: PhantomData,
         }
     }
 
@@ -127,7 +158,7 @@ impl Freeze {
     /// exhausted that holds fewer than `low` leaves and may have more,
     /// after the last leaf it holds (or its cursor). With `low` about half
     /// a page, a merge rarely stops for a shard that ran dry.
-    pub fn wants(&self, pages: &[Page], low: usize) -> Vec<Want> {
+    pub fn wants(&self, pages: &[Page<T>], low: usize) -> Vec<Want> {
         self.shards
             .iter()
             .enumerate()
@@ -138,7 +169,7 @@ impl Freeze {
                     after: p
                         .leaves
                         .back()
-                        .map(draw::to_hex)
+                        .map(Item::to_hex)
                         .or_else(|| c.after.clone()),
                 })
             })
@@ -147,7 +178,7 @@ impl Freeze {
 
     /// A shard that must be fetched before anything more can be merged:
     /// not exhausted, nothing in hand, more to come.
-    fn blocked(&self, pages: &[Page]) -> bool {
+    fn blocked(&self, pages: &[Page<T>]) -> bool {
         self.shards
             .iter()
             .zip(pages)
@@ -166,7 +197,7 @@ impl Freeze {
     /// Merges at most `max_out` leaves from `pages` (one per shard, in
     /// shard order), as far as they allow; `None` if the stored state is
     /// corrupt (the caller starts the freeze over).
-    pub fn merge(&mut self, pages: &mut [Page], max_out: usize) -> Option<Merged> {
+    pub fn merge(&mut self, pages: &mut [Page<T>], max_out: usize) -> Option<Merged<T>> {
         if self.is_done() {
             return Some(Merged {
                 chunks: Vec::new(),
@@ -174,10 +205,10 @@ impl Freeze {
             });
         }
         let mut b = self.builder()?;
-        let mut pending: Vec<Hash> = self
+        let mut pending: Vec<T> = self
             .pending
             .iter()
-            .map(|x| hex32(x))
+            .map(|x| T::from_hex(x))
             .collect::<Option<_>>()?;
         let mut out = Merged {
             chunks: Vec::new(),
@@ -214,8 +245,8 @@ impl Freeze {
                 break;
             };
             let leaf = pages[k].leaves.pop_front()?;
-            b.push(&leaf);
-            self.shards[k].after = Some(draw::to_hex(&leaf));
+            b.push(leaf.as_ref());
+            self.shards[k].after = Some(leaf.to_hex());
             pending.push(leaf);
             out.leaves += 1;
             if pending.len() == CHUNK {
@@ -230,7 +261,7 @@ impl Freeze {
         let (merged, stack) = b.parts();
         self.merged = merged;
         self.builder = stack.iter().map(|(h, x)| (*h, draw::to_hex(x))).collect();
-        self.pending = pending.iter().map(draw::to_hex).collect();
+        self.pending = pending.iter().map(Item::to_hex).collect();
         Some(out)
     }
 }
@@ -382,7 +413,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_state_is_refused() {
-        let mut f = Freeze::start(2);
+        let mut f: Freeze = Freeze::start(2);
         f.merged = 3; // the builder's parts no longer match
         assert!(
             f.merge(&mut [Page::default(), Page::default()], 10)

@@ -190,19 +190,23 @@ impl Watermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draw::{draw_key, draw_order};
+    use crate::draw::{draw_order, leaf_hex, value_hex};
     use crate::shard_draw::{Limits, MemShard, run_to_end};
     use crate::shards::shard_of;
     use std::collections::HashMap;
 
     /// Draws `accounts` over `n` shards and returns each account's place
     /// computed the way an isolate does (index + straddling buckets).
-    fn sharded_places(seed: &str, accounts: &[String], n: u32) -> HashMap<String, u64> {
+    fn leaf(a: &str) -> String {
+        leaf_hex(a, &[a.len() as u8; 16])
+    }
+
+    fn sharded_places(key: &draw::Hash, accounts: &[String], n: u32) -> HashMap<String, u64> {
         let mut shards = vec![MemShard::default(); n as usize];
         for a in accounts {
-            shards[shard_of(a, n) as usize].join(a.clone());
+            shards[shard_of(a, n) as usize].join(leaf(a));
         }
-        let value = |a: &str| draw_key(seed, a);
+        let value = |l: &str| value_hex(key, l);
         for s in &mut shards {
             run_to_end(s, &value, Limits::default()).unwrap();
         }
@@ -211,7 +215,7 @@ mod tests {
         accounts
             .iter()
             .map(|a| {
-                let v = value(a);
+                let v = value(&leaf(a));
                 let parts: Vec<(&ShardIndex, &[String])> = indexes
                     .iter()
                     .zip(&shards)
@@ -236,14 +240,16 @@ mod tests {
 
     #[test]
     fn the_same_5000_entrants_under_1_and_16_shards_get_identical_places() {
-        let seed = hex::encode([42u8; 32]);
+        let key = [42u8; 32];
         let accounts: Vec<String> = (0..5_000).map(|i| format!("acct-{i}")).collect();
-        let one = sharded_places(&seed, &accounts, 1);
-        let sixteen = sharded_places(&seed, &accounts, 16);
+        let one = sharded_places(&key, &accounts, 1);
+        let sixteen = sharded_places(&key, &accounts, 16);
         assert_eq!(one, sixteen);
         // And both are the single object's draw.
-        for d in draw_order(&seed, &accounts) {
-            assert_eq!(sixteen[&d.account], d.place, "{}", d.account);
+        let leaves: Vec<String> = accounts.iter().map(|a| leaf(a)).collect();
+        for d in draw_order(&key, &leaves) {
+            let a = &accounts[leaves.iter().position(|l| *l == d.leaf).unwrap()];
+            assert_eq!(sixteen[a], d.place, "{a}");
         }
         let mut places: Vec<u64> = sixteen.values().copied().collect();
         places.sort_unstable();
@@ -252,19 +258,23 @@ mod tests {
 
     #[test]
     fn a_wrong_or_missing_bucket_gives_no_place() {
-        let seed = hex::encode([1u8; 32]);
+        let key = [1u8; 32];
         let mut s = MemShard::default();
         for i in 0..2_000 {
-            s.join(format!("a-{i}"));
+            s.join(leaf(&format!("a-{i}")));
         }
-        run_to_end(&mut s, &|a: &str| draw_key(&seed, a), Limits::default()).unwrap();
+        run_to_end(&mut s, &|l: &str| value_hex(&key, l), Limits::default()).unwrap();
         let ix = s.index();
-        let v = draw_key(&seed, "a-7");
+        let v = value_hex(&key, &leaf("a-7"));
         let j = ix.straddling(&v).unwrap() as usize;
         let wrong = (j + 1) % s.buckets.len();
         assert_eq!(place_of(&v, &[(&ix, &s.buckets[wrong])]), None);
         assert!(place_of(&v, &[(&ix, &s.buckets[j])]).is_some());
-        assert!(!is_member(&ix, &draw_key(&seed, "stranger"), &s.buckets[j]));
+        assert!(!is_member(
+            &ix,
+            &value_hex(&key, &leaf("stranger")),
+            &s.buckets[j]
+        ));
         // A value below every bucket counts zero there.
         assert_eq!(ix.straddling(&"0".repeat(64)), None);
         assert_eq!(place_of(&"0".repeat(64), &[(&ix, &[])]), Some(1));

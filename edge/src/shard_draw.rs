@@ -12,8 +12,8 @@
 //! The phases:
 //!
 //! 1. `Values`: entrants in `seq` order, `values_per_step` at a time, get
-//!    their draw value from the value function (v1: `draw::draw_key`; draw
-//!    v2 replaces only that function, so the steps stay as they are);
+//!    their draw value from the value function (draw v2:
+//!    `draw::value_hex(key, leaf)`, the entrant given by its leaf);
 //! 2. `Buckets`: values in ascending order (the store keeps them sorted,
 //!    e.g. an index), cut into buckets of `BUCKET_SIZE`, `buckets_per_step`
 //!    buckets per step;
@@ -105,7 +105,7 @@ pub trait DrawStore {
 }
 
 /// Advances the draw by one bounded step. `value` maps an account to its
-/// draw value (v1: `|a| draw::draw_key(seed, a)`).
+/// draw value (v2: `|leaf| draw::value_hex(key, leaf)`).
 pub fn step<S: DrawStore>(
     state: &DrawState,
     store: &mut S,
@@ -276,7 +276,7 @@ pub fn run_to_end<S: DrawStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draw::draw_key;
+    use crate::draw::value_hex;
 
     fn shard(n: usize) -> MemShard {
         let mut s = MemShard::default();
@@ -288,8 +288,8 @@ mod tests {
 
     #[test]
     fn buckets_hold_every_value_sorted_and_contiguous() {
-        let seed = "ab".repeat(32);
-        let value = |a: &str| draw_key(&seed, a);
+        let key = [0xab; 32];
+        let value = |a: &str| value_hex(&key, a);
         for n in [0usize, 1, 511, 512, 513, 5_000] {
             let mut s = shard(n);
             let (state, _) = run_to_end(&mut s, &value, Limits::default()).unwrap();
@@ -312,8 +312,8 @@ mod tests {
 
     #[test]
     fn steps_are_bounded_and_resumable() {
-        let seed = "cd".repeat(32);
-        let value = |a: &str| draw_key(&seed, a);
+        let key = [0xcd; 32];
+        let value = |a: &str| value_hex(&key, a);
         let limits = Limits {
             values_per_step: 300,
             buckets_per_step: 2,

@@ -11,18 +11,19 @@ use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 #[wasm_bindgen_test]
 fn draw_matches_the_host_vector() {
     // Same vector as the host test `draw_vector_is_stable` in edge/src/draw.rs.
-    let seed = "00".repeat(32);
     assert_eq!(
         draw::commitment(&[0u8; 32]),
         "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
     );
-    let accounts = ["acct-1", "acct-2", "acct-3", "acct-4", "acct-5", "acct-6"];
-    let order = draw::draw_order(&seed, &accounts);
-    let names: Vec<&str> = order.iter().map(|d| d.account.as_str()).collect();
-    assert_eq!(
-        names,
-        ["acct-3", "acct-5", "acct-2", "acct-1", "acct-6", "acct-4"]
-    );
+    let leaves: Vec<String> = (1..=6)
+        .map(|i| draw::leaf_hex(&format!("acct-{i}"), &[0u8; 16]))
+        .collect();
+    let key = draw::key_of(&[0u8; 32], &leaves, b"");
+    let order: Vec<usize> = draw::draw_order(&key, &leaves)
+        .iter()
+        .map(|d| leaves.iter().position(|l| *l == d.leaf).unwrap() + 1)
+        .collect();
+    assert_eq!(order, [6, 5, 1, 4, 3, 2]);
 }
 
 #[wasm_bindgen_test]

@@ -76,6 +76,12 @@ pub struct TicketData {
     /// after the start; its FIFO place follows from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t_ms: Option<u64>,
+    /// The entrant's 16-byte draw salt (32 lowercase hex digits, DESIGN.md
+    /// "The draw, v2" step 2): with the account it gives the entrant's leaf,
+    /// so the holder can find and check their own entry, and nobody
+    /// without it can tell from the published leaves whether they joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salt: Option<String>,
 }
 
 /// The claims of every credential. Field order is the serialized order and
