@@ -26,6 +26,8 @@ pub enum Route {
     /// A proof-of-work challenge for a join (`GET …/challenge`).
     Challenge(String),
     Draw(String),
+    /// The holder's draw receipt (`GET …/queue/receipt`, ticket auth).
+    Receipt(String),
     /// Admission figures of a sale as Prometheus text (for a scraper).
     Metrics(String),
     Reserve(String),
@@ -105,6 +107,7 @@ pub fn route(method: &str, path: &str) -> Route {
             _ => Route::MethodNotAllowed,
         },
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
+        ["api", "sales", s, "queue", "receipt"] => want("GET", id(s, Route::Receipt)),
         ["api", "sales", s, "metrics"] => want("GET", id(s, Route::Metrics)),
         ["api", "sales", s, "challenge"] => want("GET", id(s, Route::Challenge)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
@@ -244,6 +247,14 @@ mod tests {
         assert_eq!(
             route("GET", "/api/sales/drop-1/queue"),
             Route::Status("drop-1".into())
+        );
+        assert_eq!(
+            route("GET", "/api/sales/drop-1/queue/receipt"),
+            Route::Receipt("drop-1".into())
+        );
+        assert_eq!(
+            route("POST", "/api/sales/drop-1/queue/receipt"),
+            Route::MethodNotAllowed
         );
         assert_eq!(
             route("POST", "/api/sales/d/reservations"),

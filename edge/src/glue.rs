@@ -182,6 +182,7 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Challenge(sale) => waiting::challenge(&env, &req, &sale, dev_mode(&env)).await,
         Route::Status(sale) => waiting::status(&env, &req, &sale).await,
         Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
+        Route::Receipt(sale) => waiting::receipt(&env, &req, &sale).await,
         Route::Metrics(sale) => waiting::metrics(&env, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
@@ -453,12 +454,15 @@ async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             "places_final_through_ms": s.fifo_through_ms,
             "do_requests": s.do_requests,
         });
-        body["draw"] = json!({
-            "commitment": s.commitment,
-            "seed": s.seed,
-            "method": draw::METHOD,
-            "audit": format!("/api/sales/{sale}/draw"),
-        });
+        // The draw as the coordinator publishes it (DESIGN.md "The draw,
+        // v2"): each part once known.
+        let mut d = s.draw.clone();
+        if !d.is_object() {
+            d = json!({"commitment": s.commitment, "method": draw::METHOD});
+        }
+        d["audit"] = json!(format!("/api/sales/{sale}/draw"));
+        d["receipt"] = json!(format!("/api/sales/{sale}/queue/receipt"));
+        body["draw"] = d;
     }
     body["stale"] = json!(stale);
     json_response(200, &body, "public, max-age=1").map_err(internal)

@@ -67,6 +67,14 @@ pub struct Snapshot {
     pub commitment: String,
     /// Published once drawn.
     pub seed: Option<String>,
+    /// The draw's key (`SHA-256(seed ‖ entrants_root ‖ beacon)`), published
+    /// once drawn: with a ticket's salt it gives the holder's draw value.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The draw as published (`draw_v2`: commitment, entrants, root,
+    /// beacon, key and seed once known).
+    #[serde(default)]
+    pub draw: serde_json::Value,
     /// Requests the object has served (for the benchmark of DO calls/poll).
     pub do_requests: u64,
     /// Queue shards (Durable Objects) of the sale.
@@ -462,6 +470,8 @@ mod tests {
             closed: false,
             commitment: "c".into(),
             seed: Some("s".into()),
+            key: None,
+            draw: serde_json::Value::Null,
             do_requests: 0,
             shards: 1,
             fifo_through_ms: 0,

@@ -56,7 +56,7 @@ const BULK_MAX: u64 = 50_000;
 /// most `SUMMARY_TIMEOUT_MS` (2 s): the grace covers that wait and the
 /// trip here. (A Turnstile sale's siteverify call may take up to 5 s more;
 /// a join that slow near the start is placed after the pre-queue.)
-const DRAW_GRACE_MS: u64 = 3_000;
+pub(crate) const DRAW_GRACE_MS: u64 = 3_000;
 const _: () = assert!(DRAW_GRACE_MS >= crate::glue::SUMMARY_TIMEOUT_MS as u64 + 1_000);
 /// After the end, arrivals are reported for this long, then the chain stops.
 const REPORT_AFTER_END_MS: u64 = 10_000;
@@ -81,12 +81,24 @@ struct EntryRow {
     ticket_exp: Option<f64>,
     prequeue: f64,
     t_ms: f64,
+    salt: Option<String>,
 }
 
 #[derive(Deserialize)]
-struct SeqSub {
+struct SeqLeaf {
     seq: f64,
-    sub: String,
+    leaf: String,
+}
+
+#[derive(Deserialize)]
+struct LeafRow {
+    leaf: String,
+}
+
+#[derive(Deserialize)]
+struct RankedRow {
+    value: String,
+    leaf: String,
 }
 
 #[derive(Deserialize)]
@@ -157,18 +169,20 @@ struct SqlDraw<'a>(&'a SqlStorage);
 impl DrawStore for SqlDraw<'_> {
     type Error = ApiError;
 
+    /// Entrants by their leaf (draw v2: the value is `SHA-256(key ‖ leaf)`).
     fn entrants_after(&mut self, after_seq: u64, limit: usize) -> ApiResult<Vec<(u64, String)>> {
         Ok(self
             .0
             .exec(
-                "SELECT seq, sub FROM entries WHERE prequeue = 1 AND seq > ? ORDER BY seq LIMIT ?",
+                "SELECT seq, leaf FROM entries WHERE prequeue = 1 AND leaf IS NOT NULL AND seq > ?
+             ORDER BY seq LIMIT ?",
                 Some(vec![(after_seq as f64).into(), (limit as f64).into()]),
             )
             .map_err(sql_err)?
-            .to_array::<SeqSub>()
+            .to_array::<SeqLeaf>()
             .map_err(sql_err)?
             .into_iter()
-            .map(|r| (r.seq as u64, r.sub))
+            .map(|r| (r.seq as u64, r.leaf))
             .collect())
     }
 
@@ -211,6 +225,40 @@ impl DrawStore for SqlDraw<'_> {
     }
 }
 
+/// A fresh 16-byte draw salt (hex) from the CSPRNG.
+fn new_salt() -> (String, [u8; 16]) {
+    let mut salt = [0u8; 16];
+    if getrandom::fill(&mut salt).is_err() {
+        // workerd always has crypto.getRandomValues; were it ever missing,
+        // a salt from the clock still hides a guessable account's leaf from
+        // anyone who cannot guess the millisecond, and costs no join.
+        salt[..8].copy_from_slice(&now_ms().to_le_bytes());
+    }
+    (hex::encode(salt), salt)
+}
+
+/// A fresh salt and the leaf it gives `sub` (both hex).
+fn new_salt_for(sub: &str) -> (String, String) {
+    let (hex_salt, salt) = new_salt();
+    (hex_salt, ::draw::to_hex(&::draw::leaf(sub, &salt)))
+}
+
+/// A synthetic entrant's salt (DEV_MODE bulk hook only):
+/// `SHA-256("fs-bulk-salt:" ‖ sale ‖ ":" ‖ account)[..16]`, so a test or
+/// benchmark can forge the tickets of entrants it never joined and
+/// recompute the whole draw from the published seed. Real joins get CSPRNG
+/// salts.
+fn bulk_salt_for(sale: &str, sub: &str) -> (String, String) {
+    use sha2::{Digest, Sha256};
+    let h = Sha256::digest(format!("fs-bulk-salt:{sale}:{sub}").as_bytes());
+    let mut salt = [0u8; 16];
+    salt.copy_from_slice(&h[..16]);
+    (hex::encode(salt), ::draw::to_hex(&::draw::leaf(sub, &salt)))
+}
+
+/// Leaves or ranked entries a page of `/leaves` or `/ranked` holds at most.
+const PAGE_MAX: usize = 2_048;
+
 impl QueueShard {
     fn sql(&self) -> SqlStorage {
         self.state.storage().sql()
@@ -231,8 +279,11 @@ impl QueueShard {
                 prequeue INTEGER NOT NULL,
                 value TEXT,
                 ticket TEXT,
-                ticket_exp INTEGER)",
+                ticket_exp INTEGER,
+                salt TEXT,
+                leaf TEXT)",
             "CREATE INDEX IF NOT EXISTS entries_value ON entries (value) WHERE value IS NOT NULL",
+            "CREATE INDEX IF NOT EXISTS entries_leaf ON entries (leaf) WHERE prequeue = 1",
             "CREATE INDEX IF NOT EXISTS entries_arrival ON entries (t_ms) WHERE prequeue = 0",
             "CREATE TABLE IF NOT EXISTS buckets (j INTEGER PRIMARY KEY, vals TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS turns (
@@ -246,6 +297,14 @@ impl QueueShard {
             "CREATE TABLE IF NOT EXISTS challenges (sub TEXT PRIMARY KEY, iat_ms INTEGER NOT NULL)",
         ] {
             sql.exec(q, None).map_err(sql_err)?;
+        }
+        // Objects created before the draw v2 (salts): the columns are added
+        // (an error here means they are there already).
+        for q in [
+            "ALTER TABLE entries ADD COLUMN salt TEXT",
+            "ALTER TABLE entries ADD COLUMN leaf TEXT",
+        ] {
+            let _ = sql.exec(q, None);
         }
         let floor = self.meta.u64("stamp_floor").unwrap_or(0);
         self.stamper.set(Stamper { floor_ms: floor });
@@ -295,6 +354,7 @@ impl QueueShard {
         sub: &str,
         seq: u64,
         t_ms: Option<u64>,
+        salt: &str,
         now: u64,
     ) -> ApiResult<(String, u64)> {
         let ring = ring(&self.env, "ADMISSION_TOKEN_KEYS")?;
@@ -310,6 +370,7 @@ impl QueueShard {
             place: None,
             shard: self.meta.u64("shard").map(|s| s as u32),
             t_ms,
+            salt: Some(salt.to_string()),
         });
         Ok((ring.sign(&claims), claims.exp))
     }
@@ -352,7 +413,7 @@ impl QueueShard {
         let existing = self
             .sql()
             .exec(
-                "SELECT seq, ticket, ticket_exp, prequeue, t_ms FROM entries WHERE sub = ?",
+                "SELECT seq, ticket, ticket_exp, prequeue, t_ms, salt FROM entries WHERE sub = ?",
                 Some(vec![sub.as_str().into()]),
             )
             .map_err(sql_err)?
@@ -370,7 +431,8 @@ impl QueueShard {
             let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms).max(self.starts_at()));
             self.stamper.set(stamper);
             let seq = self.meta.u64("next_seq").unwrap_or(1);
-            let (ticket, exp) = self.mint(sale, &sub, seq, Some(t), now)?;
+            let salt = row.salt.clone().unwrap_or_else(|| new_salt().0);
+            let (ticket, exp) = self.mint(sale, &sub, seq, Some(t), &salt, now)?;
             self.sql()
                 .exec(
                     "UPDATE entries SET seq = ?, t_ms = ?, prequeue = 0, ticket = ?, ticket_exp = ?
@@ -403,13 +465,25 @@ impl QueueShard {
             }
             // Bulk-loaded entries have no ticket yet; old ones are renewed.
             let t_ms = (!pre).then_some(row.t_ms as u64);
-            let (t, exp) = self.mint(sale, &sub, row.seq as u64, t_ms, now)?;
+            let (salt, leaf) = match &row.salt {
+                Some(s) => (s.clone(), None),
+                // An entry written before salts (v1): its leaf is written
+                // with its salt, unless the set is frozen already.
+                None => {
+                    let (s, l) = new_salt_for(&sub);
+                    (s, (!self.draw_begun()).then_some(l))
+                }
+            };
+            let (t, exp) = self.mint(sale, &sub, row.seq as u64, t_ms, &salt, now)?;
             self.sql()
                 .exec(
-                    "UPDATE entries SET ticket = ?, ticket_exp = ? WHERE sub = ?",
+                    "UPDATE entries SET ticket = ?, ticket_exp = ?, salt = ?,
+                         leaf = COALESCE(leaf, ?) WHERE sub = ?",
                     Some(vec![
                         t.as_str().into(),
                         (exp as f64).into(),
+                        salt.as_str().into(),
+                        leaf.unwrap_or_default().as_str().into(),
                         sub.as_str().into(),
                     ]),
                 )
@@ -422,11 +496,12 @@ impl QueueShard {
         let starts = self.starts_at();
         let pre = t < starts && !self.draw_begun();
         let seq = self.meta.u64("next_seq").unwrap_or(1);
-        let (ticket, exp) = self.mint(sale, &sub, seq, (!pre).then_some(t), now)?;
+        let (salt, leaf) = new_salt_for(&sub);
+        let (ticket, exp) = self.mint(sale, &sub, seq, (!pre).then_some(t), &salt, now)?;
         self.sql()
             .exec(
-                "INSERT INTO entries (sub, seq, t_ms, prequeue, ticket, ticket_exp)
-                 VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO entries (sub, seq, t_ms, prequeue, ticket, ticket_exp, salt, leaf)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 Some(vec![
                     sub.as_str().into(),
                     (seq as f64).into(),
@@ -434,6 +509,8 @@ impl QueueShard {
                     i64::from(pre).into(),
                     ticket.as_str().into(),
                     (exp as f64).into(),
+                    salt.as_str().into(),
+                    leaf.as_str().into(),
                 ]),
             )
             .map_err(sql_err)?;
@@ -507,13 +584,17 @@ impl QueueShard {
             if shards::shard_of(&sub, b.shards) != b.shard {
                 continue;
             }
+            let (salt, leaf) = bulk_salt_for(sale, &sub);
             let changed = sql
                 .exec(
-                    "INSERT OR IGNORE INTO entries (sub, seq, t_ms, prequeue) VALUES (?, ?, ?, 1)",
+                    "INSERT OR IGNORE INTO entries (sub, seq, t_ms, prequeue, salt, leaf)
+                     VALUES (?, ?, ?, 1, ?, ?)",
                     Some(vec![
                         sub.as_str().into(),
                         (seq as f64).into(),
                         (now as f64).into(),
+                        salt.as_str().into(),
+                        leaf.as_str().into(),
                     ]),
                 )
                 .map_err(sql_err)?
@@ -551,6 +632,77 @@ impl QueueShard {
             .ok_or_else(|| ApiError::new(500, "queue_storage", "bucket missing"))?;
         let values: Value = serde_json::from_str(&row.vals).unwrap_or(Value::Null);
         Ok(json!({"shard": self.meta.u64("shard"), "bucket": j, "values": values}))
+    }
+
+    /// The page size and cursor of a `/leaves` or `/ranked` request.
+    fn page_of(url: &worker::Url) -> ApiResult<(String, usize)> {
+        let after = query(url, "after").unwrap_or_default();
+        if !after.is_empty() && (after.len() > 128 || !after.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(ApiError::new(400, "bad_request", "after must be hex"));
+        }
+        let limit = query(url, "limit")
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|l| (1..=PAGE_MAX).contains(l))
+            .ok_or_else(|| ApiError::new(400, "bad_request", "limit out of range"))?;
+        Ok((after, limit))
+    }
+
+    /// The frozen pre-queue's leaves after `after`, ascending (the
+    /// coordinator's freeze). Answered only once the set is frozen: a page
+    /// read before could miss a join still coming. A request after the
+    /// freeze time freezes the set itself (the alarm may be late).
+    fn leaves(&self, url: &worker::Url) -> ApiResult<Value> {
+        let (after, limit) = Self::page_of(url)?;
+        if !self.draw_begun() {
+            if now_ms() < self.starts_at().saturating_add(DRAW_GRACE_MS) {
+                return Err(ApiError::new(
+                    409,
+                    "not_frozen",
+                    "the entrant set is not frozen yet",
+                ));
+            }
+            self.set(
+                "draw",
+                serde_json::to_string(&DrawState::start()).unwrap_or_default(),
+            )?;
+        }
+        let leaves: Vec<String> = self
+            .sql()
+            .exec(
+                "SELECT leaf FROM entries WHERE prequeue = 1 AND leaf > ? ORDER BY leaf LIMIT ?",
+                Some(vec![after.as_str().into(), (limit as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<LeafRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| r.leaf)
+            .collect();
+        Ok(json!({"leaves": leaves}))
+    }
+
+    /// The drawn pre-queue's `value ‖ leaf` after `after` (a value), by value
+    /// (the coordinator's listing). Only once this shard's draw is done.
+    fn ranked(&self, url: &worker::Url) -> ApiResult<Value> {
+        let (after, limit) = Self::page_of(url)?;
+        if !matches!(self.draw_state(), Some(DrawState::Done { .. })) {
+            return Err(ApiError::new(409, "not_drawn", "not drawn yet"));
+        }
+        let items: Vec<String> = self
+            .sql()
+            .exec(
+                "SELECT value, leaf FROM entries WHERE prequeue = 1 AND value > ?
+                 ORDER BY value LIMIT ?",
+                Some(vec![after.as_str().into(), (limit as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<RankedRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .map(|r| format!("{}{}", r.value, r.leaf))
+            .collect();
+        Ok(json!({"items": items}))
     }
 
     async fn handle(&self, req: &mut Request) -> ApiResult<Value> {
@@ -616,6 +768,8 @@ impl QueueShard {
                 Ok(json!({"ok": true}))
             }
             (Method::Get, "/bucket") => self.bucket(&url),
+            (Method::Get, "/leaves") => self.leaves(&url),
+            (Method::Get, "/ranked") => self.ranked(&url),
             (Method::Get, "/state") => Ok(json!({
                 "draw": self.draw_state(),
                 "prequeue": self.meta.u64("prequeue"),
@@ -645,19 +799,21 @@ impl QueueShard {
             // Freeze the entrant set before the first await.
             self.set("draw", serde_json::to_string(&state).unwrap_or_default())?;
         }
-        let seed = match self.meta.get("seed") {
-            Some(s) => s,
+        // The key needs the whole frozen set's root and the beacon: the
+        // coordinator answers 409 until it has both.
+        let key = match self.meta.get("key").and_then(|k| ::draw::from_hex(&k)) {
+            Some(k) => k,
             None => {
-                let v = self.coordinator(Method::Get, "/seed", &json!({})).await?;
-                let s = v["seed"]
+                let v = self.coordinator(Method::Get, "/key", &json!({})).await?;
+                let k = v["key"]
                     .as_str()
-                    .ok_or_else(|| ApiError::new(502, "queue_error", "no seed"))?
-                    .to_string();
-                self.set("seed", &s)?;
-                s
+                    .and_then(::draw::from_hex)
+                    .ok_or_else(|| ApiError::new(502, "queue_error", "no key"))?;
+                self.set("key", ::draw::to_hex(&k))?;
+                k
             }
         };
-        let value = |a: &str| draw::draw_key(&seed, a);
+        let value = |leaf: &str| draw::value_hex(&key, leaf);
         let sql = self.sql();
         let next = shard_draw::step(&state, &mut SqlDraw(&sql), &value, Limits::default())?;
         self.set("draw", serde_json::to_string(&next).unwrap_or_default())?;
@@ -806,6 +962,8 @@ impl DurableObject for QueueShard {
                         worker::console_error!("shard index: {}", e.message);
                     }
                 }
+                // 409: the key is not known yet (freeze, beacon): next second.
+                Err(e) if e.status == 409 => {}
                 Err(e) => worker::console_error!("draw step: {}", e.message),
             }
         }

@@ -43,7 +43,8 @@ use worker::{
 
 use crate::api::{self, ApiError};
 use crate::control::{Controller, Limits, Mode, Reason, Sample};
-use crate::draw;
+use crate::draw::{self, BeaconNext};
+use crate::freeze::{CHUNK, ChunkIndex, Freeze, Item, Page};
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, send_with_timeout};
 use crate::metrics::AdmissionFigures;
@@ -80,6 +81,39 @@ pub struct SaleQueue {
     /// just told they have. Memory only (an evicted object forgets them;
     /// its isolates then fall back by at most one horizon).
     promises: RefCell<Vec<queue::Promise>>,
+    /// Pages of leaves in hand for the freeze, and of `value ‖ leaf` for the
+    /// listing, one per shard (memory only: refetched after the stored
+    /// cursors when the object was evicted).
+    leaf_pages: RefCell<Vec<Page<draw::Hash>>>,
+    rank_pages: RefCell<Vec<Page<[u8; 64]>>>,
+    /// When the shards were last woken (memory only: at most once a second).
+    poked_ms: Cell<u64>,
+}
+
+/// Leaves (or listing items) asked of a shard at once, and the most one
+/// draw step merges: about 20 ms of Wasm at the coordinator per step
+/// (`cargo run --release -p edge --example freeze`), so requests queued
+/// behind a step wait little.
+const DRAW_PAGE: usize = 1_024;
+const DRAW_MAX_OUT: usize = 8_192;
+/// Entries one listing page gives at most.
+pub(crate) const LISTING_MAX: u64 = 512;
+
+#[derive(Deserialize)]
+struct ChunkRow {
+    first: String,
+    root: String,
+}
+
+#[derive(Deserialize)]
+struct LeavesRow {
+    leaves: String,
+}
+
+#[derive(Deserialize)]
+struct ItemsRow {
+    j: f64,
+    items: String,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +203,12 @@ impl SaleQueue {
                 seen_ms INTEGER NOT NULL,
                 held INTEGER NOT NULL)",
             "CREATE TABLE IF NOT EXISTS abandoned (place INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL)",
+            // The frozen entrant set in chunks of `freeze::CHUNK` sorted
+            // leaves (receipts' audit paths), and the drawn listing in pages
+            // of `freeze::CHUNK` `value ‖ leaf` items (places j·CHUNK + 1…).
+            "CREATE TABLE IF NOT EXISTS chunks (j INTEGER PRIMARY KEY, first TEXT NOT NULL,
+                root TEXT NOT NULL, leaves TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS listing (j INTEGER PRIMARY KEY, items TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS arrivals (
                 second INTEGER NOT NULL,
                 shard INTEGER NOT NULL,
@@ -283,6 +323,13 @@ impl SaleQueue {
             .as_f64()
             .filter(|p| p.is_finite() && *p > 0.0);
         self.set("p99_ms", p99.unwrap_or(DEFAULT_P99_MS))?;
+        // The beacon is the sale's (set at creation); fixed once the set froze.
+        if self.meta.get("entrants_root").is_none() {
+            match v["draw_beacon"].as_str().filter(|u| !u.is_empty()) {
+                Some(u) => self.set("beacon_url", u)?,
+                None => self.meta.delete(&self.sql(), "beacon_url")?,
+            }
+        }
         Ok(())
     }
 
@@ -505,6 +552,8 @@ impl SaleQueue {
             closed: self.meta.flag("closed"),
             commitment: self.meta.get("commitment").unwrap_or_default(),
             seed: if drawn { self.meta.get("seed") } else { None },
+            key: if drawn { self.meta.get("key") } else { None },
+            draw: self.draw_public(),
             do_requests: self.requests.get() + shard_requests,
             shards: self.shards(),
             fifo_through_ms: complete.map(|s| (s + 1) * 1000).unwrap_or(0),
@@ -761,7 +810,7 @@ impl SaleQueue {
                     .unwrap_or_default(),
             })
             .collect();
-        Ok(json!({"shards": shards, "seed": self.meta.get("seed")}))
+        Ok(json!({"shards": shards, "key": self.meta.get("key")}))
     }
 
     fn arrivals(&self, url: &worker::Url) -> ApiResult<Value> {
@@ -800,17 +849,372 @@ impl SaleQueue {
         Ok(json!({"arrivals": out, "prequeue": self.meta.u64("prequeue").unwrap_or(0)}))
     }
 
+    /// The draw as published (DESIGN.md "The draw, v2"): each part once
+    /// known, the seed once drawn.
+    fn draw_public(&self) -> Value {
+        let get = |k: &str| self.meta.get(k);
+        let beacon = match get("beacon_url") {
+            None => json!("none"),
+            Some(url) => json!({
+                "url": url,
+                "round": self.meta.u64("beacon_round"),
+                "value": get("beacon_value"),
+                "missed": self.meta.flag("beacon_missed"),
+            }),
+        };
+        let drawn = self.drawn();
+        json!({
+            "version": 2,
+            "commitment": get("commitment"),
+            "method": draw::METHOD,
+            "entrants": self.meta.u64("entrants"),
+            "entrants_root": get("entrants_root"),
+            "beacon": beacon,
+            "key": if drawn { get("key") } else { None },
+            "seed": if drawn { get("seed") } else { None },
+            "listed": self.meta.flag("listed"),
+        })
+    }
+
+    /// Asks every shard in `wants` for its page after the cursor (all at
+    /// once); `None` when a shard is not ready (not frozen / not drawn).
+    async fn fetch_pages<T: Item>(
+        &self,
+        sale: &str,
+        path: &str,
+        field: &str,
+        wants: Vec<crate::freeze::Want>,
+        pages: &mut [Page<T>],
+    ) -> ApiResult<bool> {
+        let calls = wants.iter().map(|w| {
+            let name = shards::object_name(sale, w.shard as u32);
+            let q = format!(
+                "{path}?after={}&limit={DRAW_PAGE}",
+                w.after.clone().unwrap_or_default()
+            );
+            let env = &self.env;
+            async move { call_object(env, "QUEUE_SHARD", &name, sale, Method::Get, &q, None).await }
+        });
+        let got = futures::future::join_all(calls).await;
+        for (w, r) in wants.iter().zip(got) {
+            let v = match r {
+                Ok(v) => v,
+                Err(e) if e.status == 409 => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            let items: Vec<T> = v[field]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().and_then(T::from_hex))
+                        .collect()
+                })
+                .unwrap_or_default();
+            pages[w.shard].extend(items, DRAW_PAGE);
+        }
+        Ok(true)
+    }
+
+    /// One bounded step of the draw v2 at the coordinator, in order: the
+    /// freeze (merge every shard's sorted leaves into the Merkle tree, in
+    /// chunks), the beacon, the key; then, once every shard has drawn with
+    /// that key, the listing (merge every shard's values). Returns whether
+    /// more can be done at once (the alarm comes back at once, else in a
+    /// second). Each step's state is stored before the next, so an evicted
+    /// object resumes; nothing here runs in a request.
+    async fn draw_step(&self, sale: &str, now: u64) -> ApiResult<bool> {
+        let starts = self.meta.u64("starts_at_ms").unwrap_or(u64::MAX);
+        if now < starts.saturating_add(crate::queue_shard::DRAW_GRACE_MS)
+            || self.meta.flag("listed")
+        {
+            return Ok(false);
+        }
+        let n = self.shards() as usize;
+        if self.meta.get("entrants_root").is_none() {
+            let mut f: Freeze = self
+                .meta
+                .get("freeze")
+                .and_then(|x| serde_json::from_str(&x).ok())
+                .unwrap_or_else(|| Freeze::start(n as u32));
+            let mut pages = std::mem::take(&mut *self.leaf_pages.borrow_mut());
+            pages.resize_with(n, Page::default);
+            let wants = f.wants(&pages, DRAW_PAGE / 2);
+            if !self
+                .fetch_pages(sale, "/leaves", "leaves", wants, &mut pages)
+                .await?
+            {
+                *self.leaf_pages.borrow_mut() = pages;
+                return Ok(false);
+            }
+            let Some(merged) = f.merge(&mut pages, DRAW_MAX_OUT) else {
+                // A stored state that does not add up: start the freeze over.
+                worker::console_error!("freeze state unreadable: starting over");
+                self.sql()
+                    .exec("DELETE FROM chunks", None)
+                    .map_err(sql_err)?;
+                self.meta.delete(&self.sql(), "freeze")?;
+                return Ok(true);
+            };
+            for c in &merged.chunks {
+                let leaves: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
+                self.sql()
+                    .exec(
+                        "INSERT OR REPLACE INTO chunks (j, first, root, leaves) VALUES (?, ?, ?, ?)",
+                        Some(vec![
+                            (c.index as f64).into(),
+                            leaves.first().cloned().unwrap_or_default().into(),
+                            draw::to_hex_hash(&c.root).into(),
+                            serde_json::to_string(&leaves).unwrap_or_default().into(),
+                        ]),
+                    )
+                    .map_err(sql_err)?;
+            }
+            self.set("freeze", serde_json::to_string(&f).unwrap_or_default())?;
+            *self.leaf_pages.borrow_mut() = pages;
+            if let Some(root) = &f.root {
+                self.set("entrants", f.merged)?;
+                self.set("frozen_at_ms", now)?;
+                self.set("entrants_root", root)?;
+            }
+            return Ok(true);
+        }
+        if self.meta.get("key").is_none() {
+            let beacon = match self.meta.get("beacon_url") {
+                None => Vec::new(),
+                Some(url) => match self.beacon_step(&url, starts, now).await? {
+                    Some(b) => b,
+                    None => return Ok(false),
+                },
+            };
+            let (Some(seed), Some(root)) = (
+                self.meta.get("seed").and_then(|x| hex::decode(x).ok()),
+                self.meta
+                    .get("entrants_root")
+                    .and_then(|x| ::draw::from_hex(&x)),
+            ) else {
+                return Err(ApiError::new(
+                    500,
+                    "queue_storage",
+                    "seed or root unreadable",
+                ));
+            };
+            self.set(
+                "key",
+                draw::to_hex_hash(&::draw::key(&seed, &root, &beacon)),
+            )?;
+            // The shards waiting for the key are woken now.
+            self.poked_ms.set(0);
+            return Ok(false);
+        }
+        if !self.drawn() {
+            return Ok(false);
+        }
+        let mut f: Freeze<[u8; 64]> = self
+            .meta
+            .get("listing")
+            .and_then(|x| serde_json::from_str(&x).ok())
+            .unwrap_or_else(|| Freeze::start(n as u32));
+        let mut pages = std::mem::take(&mut *self.rank_pages.borrow_mut());
+        pages.resize_with(n, Page::default);
+        let wants = f.wants(&pages, DRAW_PAGE / 2);
+        if !self
+            .fetch_pages(sale, "/ranked", "items", wants, &mut pages)
+            .await?
+        {
+            *self.rank_pages.borrow_mut() = pages;
+            return Ok(false);
+        }
+        let Some(merged) = f.merge(&mut pages, DRAW_MAX_OUT) else {
+            worker::console_error!("listing state unreadable: starting over");
+            self.sql()
+                .exec("DELETE FROM listing", None)
+                .map_err(sql_err)?;
+            self.meta.delete(&self.sql(), "listing")?;
+            return Ok(true);
+        };
+        for c in &merged.chunks {
+            let items: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
+            self.sql()
+                .exec(
+                    "INSERT OR REPLACE INTO listing (j, items) VALUES (?, ?)",
+                    Some(vec![
+                        (c.index as f64).into(),
+                        serde_json::to_string(&items).unwrap_or_default().into(),
+                    ]),
+                )
+                .map_err(sql_err)?;
+        }
+        self.set("listing", serde_json::to_string(&f).unwrap_or_default())?;
+        *self.rank_pages.borrow_mut() = pages;
+        if f.is_done() {
+            if f.merged != self.meta.u64("entrants").unwrap_or(0) {
+                // Shards drew another set than the one frozen: never publish it.
+                worker::console_error!(
+                    "listing has {} entries, frozen set {:?}",
+                    f.merged,
+                    self.meta.u64("entrants")
+                );
+            } else {
+                self.set("listed", 1)?;
+            }
+        }
+        Ok(!f.is_done())
+    }
+
+    /// The beacon's value for the sale's round, once it can be had; an
+    /// empty value once it is given up (the summary says `missed`); `None`:
+    /// not yet.
+    async fn beacon_step(&self, url: &str, starts: u64, now: u64) -> ApiResult<Option<Vec<u8>>> {
+        if let Some(v) = self.meta.get("beacon_value") {
+            return Ok(Some(hex::decode(v).unwrap_or_default()));
+        }
+        if self.meta.flag("beacon_missed") {
+            return Ok(Some(Vec::new()));
+        }
+        let base = url.trim_end_matches('/');
+        let info = self
+            .meta
+            .u64("beacon_genesis")
+            .zip(self.meta.u64("beacon_period"));
+        let frozen = self.meta.u64("frozen_at_ms").unwrap_or(now);
+        match draw::beacon_next(now, starts, frozen, info) {
+            BeaconNext::Info => {
+                if let Some(v) = get_json(&format!("{base}/info")).await
+                    && let (Some(g), Some(p)) = (v["genesis_time"].as_u64(), v["period"].as_u64())
+                    && p > 0
+                {
+                    self.set("beacon_genesis", g)?;
+                    self.set("beacon_period", p)?;
+                    if let Some(r) = ::draw::beacon_round(g, p, starts.div_ceil(1000)) {
+                        self.set("beacon_round", r)?;
+                    }
+                }
+                Ok(None)
+            }
+            BeaconNext::WaitUntil(_) => Ok(None),
+            BeaconNext::Fetch(round) => {
+                let v = get_json(&format!("{base}/public/{round}")).await;
+                let value = v.as_ref().and_then(|v| {
+                    (v["round"].as_u64() == Some(round))
+                        .then(|| v["randomness"].as_str().and_then(|x| hex::decode(x).ok()))
+                        .flatten()
+                        .filter(|b| !b.is_empty())
+                });
+                match value {
+                    Some(b) => {
+                        self.set("beacon_value", hex::encode(&b))?;
+                        Ok(Some(b))
+                    }
+                    None => Ok(None),
+                }
+            }
+            BeaconNext::GiveUp => {
+                worker::console_error!("beacon {base} did not answer in time: drawing without it");
+                self.set("beacon_missed", 1)?;
+                Ok(Some(Vec::new()))
+            }
+        }
+    }
+
+    /// A receipt's `(leaf_index, audit_path)` for `leaf`, from the stored
+    /// chunks of the frozen set.
+    fn proof(&self, url: &worker::Url) -> ApiResult<Value> {
+        let leaf = query(url, "leaf")
+            .and_then(|l| ::draw::from_hex(&l))
+            .ok_or_else(|| ApiError::new(400, "bad_request", "leaf must be 64 hex digits"))?;
+        let entrants = self
+            .meta
+            .u64("entrants")
+            .filter(|_| self.meta.get("entrants_root").is_some())
+            .ok_or_else(|| ApiError::new(409, "not_frozen", "the entrant set is not frozen yet"))?;
+        let rows = self
+            .sql()
+            .exec("SELECT first, root FROM chunks ORDER BY j", None)
+            .map_err(sql_err)?
+            .to_array::<ChunkRow>()
+            .map_err(sql_err)?;
+        let index = ChunkIndex {
+            entrants,
+            firsts: rows.iter().map(|r| r.first.clone()).collect(),
+            roots: rows.into_iter().map(|r| r.root).collect(),
+        };
+        let missing = || ApiError::new(404, "not_in_draw", "this leaf is not in the frozen set");
+        let j = index
+            .chunk_of(&draw::to_hex_hash(&leaf))
+            .ok_or_else(missing)?;
+        let chunk: Vec<draw::Hash> = self
+            .sql()
+            .exec(
+                "SELECT leaves FROM chunks WHERE j = ?",
+                Some(vec![(j as f64).into()]),
+            )
+            .map_err(sql_err)?
+            .to_array::<LeavesRow>()
+            .map_err(sql_err)?
+            .into_iter()
+            .next()
+            .and_then(|r| serde_json::from_str::<Vec<String>>(&r.leaves).ok())
+            .map(|v| v.iter().filter_map(|x| ::draw::from_hex(x)).collect())
+            .unwrap_or_default();
+        let (at, path) = index.locate(&leaf, &chunk).ok_or_else(missing)?;
+        Ok(json!({
+            "leaf_index": at,
+            "audit_path": path.iter().map(draw::to_hex_hash).collect::<Vec<_>>(),
+            "entrants": entrants,
+        }))
+    }
+
+    /// Places `from .. from + limit` of the drawn listing: `{place, leaf,
+    /// value}` (immutable once listed).
+    fn listing(&self, url: &worker::Url) -> ApiResult<Value> {
+        if !self.meta.flag("listed") {
+            return Err(ApiError::new(
+                409,
+                "not_drawn",
+                "the draw is not listed yet",
+            ));
+        }
+        let n = self.meta.u64("entrants").unwrap_or(0);
+        let num = |k: &str| query(url, k).and_then(|v| v.parse::<u64>().ok());
+        let from = num("from").filter(|f| *f >= 1).unwrap_or(1);
+        let limit = num("limit").unwrap_or(LISTING_MAX).clamp(1, LISTING_MAX);
+        let last = (from + limit - 1).min(n);
+        let mut entries = Vec::new();
+        if from <= n {
+            let c = CHUNK as u64;
+            let rows = self
+                .sql()
+                .exec(
+                    "SELECT j, items FROM listing WHERE j >= ? AND j <= ? ORDER BY j",
+                    Some(vec![
+                        (((from - 1) / c) as f64).into(),
+                        (((last - 1) / c) as f64).into(),
+                    ]),
+                )
+                .map_err(sql_err)?
+                .to_array::<ItemsRow>()
+                .map_err(sql_err)?;
+            for r in rows {
+                let items: Vec<String> = serde_json::from_str(&r.items).unwrap_or_default();
+                for (i, it) in items.iter().enumerate() {
+                    let place = r.j as u64 * c + i as u64 + 1;
+                    if (from..=last).contains(&place) && it.len() == 128 {
+                        entries
+                            .push(json!({"place": place, "value": &it[..64], "leaf": &it[64..]}));
+                    }
+                }
+            }
+        }
+        Ok(json!({"entries": entries}))
+    }
+
     fn draw_header(&self) -> ApiResult<Value> {
         let drawn = self.drawn();
-        let mut body = json!({
-            "commitment": self.meta.get("commitment"),
-            "method": draw::METHOD,
-            "drawn": drawn,
-            "shards": self.shards(),
-        });
+        let mut body = self.draw_public();
+        body["drawn"] = json!(drawn);
+        body["shards"] = json!(self.shards());
         if drawn {
             let rows = self.shard_rows()?;
-            body["seed"] = json!(self.meta.get("seed"));
             body["drawn_at_ms"] = json!(self.meta.u64("drawn_at_ms"));
             body["prequeue"] = json!(self.meta.u64("prequeue"));
             body["per_shard"] = rows
@@ -835,7 +1239,7 @@ impl SaleQueue {
             .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
         self.set("sale", &sale)?;
         let url = req.url().map_err(|_| ApiError::not_found())?;
-        if !matches!(url.path(), "/seed" | "/drawn" | "/report") {
+        if !matches!(url.path(), "/key" | "/drawn" | "/report") {
             // Calls from isolates (what the benchmark counts), not shards'.
             self.requests.set(self.requests.get() + 1);
         }
@@ -851,16 +1255,16 @@ impl SaleQueue {
                 self.set("sold_out_until_ms", now + SOLD_OUT_HINT_MS)?;
                 Ok(serde_json::to_value(self.snapshot(&sale, now)?).unwrap_or(Value::Null))
             }
-            (Method::Get, "/seed") => {
-                if now < self.meta.u64("starts_at_ms").unwrap_or(u64::MAX) {
-                    return Err(ApiError::new(
-                        409,
-                        "not_started",
-                        "the draw is at the start",
-                    ));
-                }
-                Ok(json!({"seed": self.meta.get("seed")}))
-            }
+            (Method::Get, "/key") => match self.meta.get("key") {
+                Some(k) => Ok(json!({"key": k})),
+                None => Err(ApiError::new(
+                    409,
+                    "key_pending",
+                    "the key needs the frozen set and the beacon",
+                )),
+            },
+            (Method::Get, "/proof") => self.proof(&url),
+            (Method::Get, "/listing") => self.listing(&url),
             (Method::Post, "/drawn") => {
                 let d: Drawn = req.json().await.map_err(bad)?;
                 self.record_drawn(d, now)
@@ -911,6 +1315,16 @@ impl SaleQueue {
 
 /// The controller's sample from an origin summary fetched at `now`: its
 /// `health` (an origin without one counts as healthy: it answered).
+/// GET `url` as JSON within 2 s (the beacon); `None` on any failure.
+async fn get_json(url: &str) -> Option<Value> {
+    let u = worker::Url::parse(url).ok()?;
+    let mut r = send_with_timeout(Fetch::Url(u), 2_000).await.ok()?;
+    if r.status_code() != 200 {
+        return None;
+    }
+    serde_json::from_str(&r.text().await.ok()?).ok()
+}
+
 fn health_sample(v: &Value, now: u64) -> Sample {
     let h = &v["health"];
     let share = |k: &str| h[k].as_f64().filter(|x| x.is_finite()).unwrap_or(0.0);
@@ -933,6 +1347,9 @@ impl DurableObject for SaleQueue {
             alarm_known: Cell::new(false),
             sample: Cell::new(None),
             promises: RefCell::new(Vec::new()),
+            leaf_pages: RefCell::new(Vec::new()),
+            rank_pages: RefCell::new(Vec::new()),
+            poked_ms: Cell::new(0),
         };
         if let Err(e) = q.init() {
             worker::console_error!("sale queue init: {}", e.message);
@@ -960,9 +1377,17 @@ impl DurableObject for SaleQueue {
             storage.set_alarm(starts.saturating_sub(now) as i64).await?;
             return Response::ok("waiting");
         }
-        if !self.drawn() {
+        if !self.drawn() && now.saturating_sub(self.poked_ms.get()) >= 1_000 {
+            self.poked_ms.set(now);
             self.poke_shards(&sale).await;
         }
+        let more = match self.draw_step(&sale, now).await {
+            Ok(m) => m,
+            Err(e) => {
+                worker::console_error!("draw step: {}", e.message);
+                false
+            }
+        };
         if let Err(e) = self.step_controller(now) {
             worker::console_error!("admission controller: {}", e.message);
         }
@@ -979,7 +1404,10 @@ impl DurableObject for SaleQueue {
             }
             Err(e) => worker::console_error!("frontier: {}", e.message),
         }
-        if !self.meta.flag("closed") {
+        if more {
+            // The next draw step at once: requests queued meanwhile go first.
+            storage.set_alarm(0i64).await?;
+        } else if !self.meta.flag("closed") {
             storage.set_alarm(1_000i64).await?;
         } else {
             self.alarm_known.set(false);

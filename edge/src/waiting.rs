@@ -746,7 +746,9 @@ async fn place_of_ticket(
             fifo_place(env, sale, me).await
         }
         Some(_) => None,
-        None if snap.drawn => prequeue_place(env, sale, sub, shard, snap).await,
+        None if snap.drawn => {
+            prequeue_place(env, sale, sub, tkt.salt.as_deref()?, shard, snap).await
+        }
         None => None,
     }
 }
@@ -929,13 +931,14 @@ async fn prequeue_place(
     env: &Env,
     sale: &str,
     sub: &str,
+    salt: &str,
     shard: u32,
     snap: &Snapshot,
 ) -> Option<u64> {
-    let seed = snap.seed.as_deref()?;
+    let key = snap.key.as_deref().and_then(::draw::from_hex)?;
     let index = draw_index(env, sale, &snap.commitment).await?;
     let own = index.get(shard as usize)?;
-    let v = draw::draw_key(seed, sub);
+    let v = draw::value_hex(&key, &draw::leaf_of_ticket(sub, salt)?);
     let j = own.straddling(&v)?;
     let b = bucket(env, sale, &snap.commitment, shard, j).await?;
     if !is_member(own, &v, &b) {
@@ -980,19 +983,22 @@ async fn fifo_place(env: &Env, sale: &str, me: Arrival) -> Option<u64> {
 
 // ------------------------------------------------------------ draw audit
 
-/// `GET /api/sales/{sale}/draw`: the commitment, and after the draw the seed
-/// and each shard's bucket count; `?shard=k&bucket=j` lists one bucket
-/// (≤ 512 values) with each value's global place — immutable, cached.
+/// `GET /api/sales/{sale}/draw`: the draw as published (commitment, and
+/// each part once known); `?from=&limit=` lists places `from ..
+/// from + limit` (limit ≤ 512) as `{"entries": [{place, leaf, value}]}` —
+/// immutable once listed, so cached for good and asked of the coordinator
+/// once per page and location.
 pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     let url = req.url().map_err(internal)?;
     // Unknown sales are refused before an object is created for them.
     origin_summary(env, sale).await?;
-    let snap = snapshot(env, sale).await?;
-    let (Some(k), Some(j)) = (query(&url, "shard"), query(&url, "bucket")) else {
-        // The overview is immutable once drawn (the Cache API keeps it for
+    let (from, limit) = (query(&url, "from"), query(&url, "limit"));
+    if from.is_none() && limit.is_none() {
+        let snap = snapshot(env, sale).await?;
+        // The overview is immutable once listed (the Cache API keeps it for
         // good), and before that at most a second old: anyone may ask, and
         // the coordinator hears about once a second per location.
-        if snap.drawn {
+        if snap.draw["listed"].as_bool() == Some(true) {
             let id = format!("{sale}/{}/draw", snap.commitment);
             let v = immutable(&id, call_coordinator(env, sale, Method::Get, "/draw", None))
                 .await
@@ -1011,37 +1017,107 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
         let v = call_coordinator(env, sale, Method::Get, "/draw", None).await?;
         cache_put_json(&ck, 200, &v.to_string(), 1).await;
         return json_response(200, &v, "public, max-age=1").map_err(internal);
+    }
+    let max = crate::sale_queue::LISTING_MAX;
+    let bad = || {
+        ApiError::new(
+            400,
+            "bad_request",
+            format!("from must be a place (1 or more) and limit 1..={max}"),
+        )
     };
-    let bad = || ApiError::new(400, "bad_request", "shard and bucket must be in range");
-    let k: u32 = k.parse().map_err(|_| bad())?;
-    let j: u64 = j.parse().map_err(|_| bad())?;
-    if !snap.drawn {
+    let from: u64 = from
+        .unwrap_or_else(|| "1".into())
+        .parse()
+        .ok()
+        .filter(|f| *f >= 1)
+        .ok_or_else(bad)?;
+    let limit: u64 = limit
+        .unwrap_or_else(|| max.to_string())
+        .parse()
+        .ok()
+        .filter(|l| (1..=max).contains(l))
+        .ok_or_else(bad)?;
+    let snap = snapshot(env, sale).await?;
+    if snap.draw["listed"].as_bool() != Some(true) {
         return Err(ApiError::new(
             409,
             "not_drawn",
-            "the draw has not happened yet",
-        ));
+            "the draw has not happened yet (or its listing is being written)",
+        )
+        .retry_after(1));
     }
+    let id = format!("{sale}/{}/list/{from}/{limit}", snap.commitment);
+    let path = format!("/listing?from={from}&limit={limit}");
+    let v = immutable(&id, call_coordinator(env, sale, Method::Get, &path, None))
+        .await
+        .ok_or_else(|| ApiError::new(503, "queue_unavailable", "try again").retry_after(1))?;
+    json_response(200, &v, "public, max-age=86400, immutable").map_err(internal)
+}
+
+/// `GET /api/sales/{sale}/queue/receipt` (ticket auth): the holder's entry
+/// in the draw, `{account, leaf, salt, leaf_index, audit_path, place}`, so
+/// they can check it themselves (the page does, with WebCrypto): their leaf
+/// from their account and salt, its audit path to the published
+/// `entrants_root`, and the listing at their place.
+pub(crate) async fn receipt(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    let ticket = bearer_of(req)?;
+    let claims = ring(env, "ADMISSION_TOKEN_KEYS")?
+        .verify(
+            &ticket,
+            Expect {
+                typ: TokenType::Ticket,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    let tkt = claims.tkt.clone().unwrap_or_default();
+    let snap = snapshot(env, sale).await?;
+    if tkt.t_ms.is_some() {
+        return Err(not_in_draw());
+    }
+    if snap.draw["listed"].as_bool() != Some(true) {
+        return Err(ApiError::new(
+            409,
+            "not_drawn",
+            "the draw has not happened yet: a receipt exists once it is listed",
+        )
+        .retry_after(1));
+    }
+    let salt = tkt.salt.as_deref().ok_or_else(not_in_draw)?;
+    let leaf = draw::leaf_of_ticket(&claims.sub, salt).ok_or_else(not_in_draw)?;
+    let shard = tkt
+        .shard
+        .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
     let unavailable = || ApiError::new(503, "queue_unavailable", "try again").retry_after(1);
-    let index = draw_index(env, sale, &snap.commitment)
+    let place = prequeue_place(env, sale, &claims.sub, salt, shard, &snap)
         .await
-        .ok_or_else(unavailable)?;
-    let ix = index.get(k as usize).ok_or_else(bad)?;
-    if j >= ix.firsts.len() as u64 {
-        return Err(bad());
-    }
-    let values = bucket(env, sale, &snap.commitment, k, j)
+        .ok_or_else(not_in_draw)?;
+    let proof = call_coordinator(env, sale, Method::Get, &format!("/proof?leaf={leaf}"), None)
         .await
-        .ok_or_else(unavailable)?;
-    let mut entries = Vec::with_capacity(values.len());
-    for v in values.iter() {
-        let p = place_of_value(env, sale, &snap.commitment, &index, v)
-            .await
-            .ok_or_else(unavailable)?;
-        entries.push(json!({"place": p, "key": v}));
+        .map_err(|e| if e.status == 404 { not_in_draw() } else { e })?;
+    if proof["leaf_index"].as_u64().is_none() {
+        return Err(unavailable());
     }
-    let body = json!({"shard": k, "bucket": j, "entries": entries});
-    json_response(200, &body, "public, max-age=86400, immutable").map_err(internal)
+    let body = json!({
+        "account": claims.sub,
+        "leaf": leaf,
+        "salt": salt,
+        "leaf_index": proof["leaf_index"],
+        "audit_path": proof["audit_path"],
+        "entrants": proof["entrants"],
+        "place": place,
+    });
+    json_response(200, &body, "private, no-store").map_err(internal)
+}
+
+fn not_in_draw() -> ApiError {
+    ApiError::new(
+        409,
+        "not_in_draw",
+        "this ticket's holder was not in the draw: they joined after the start, and places after it follow arrival",
+    )
 }
 
 // ------------------------------------------------------------- metrics
