@@ -7,7 +7,10 @@
 // for the first polls of a sample after the draw against the bucket count,
 // and checks the whole listing is the permutation this script recomputes
 // from the published seed. Prints markdown; asserts nothing.
-import { EDGE, call, claims, createSale, pool, rid, sha256hex, shardOf, sign, sleep, until } from './lib.mjs';
+import {
+  EDGE, bulkSalt, call, claims, createSale, drawKey, leafOf, listedDraw, listingOf, merkleRoot, placesOf, pool, rid,
+  sha256hex, shardOf, sign, sleep, until,
+} from './lib.mjs';
 
 const N = Number(process.env.BENCH_CROWD || 200_000);
 const K = Number(process.env.BENCH_CROWD_SHARDS || 16);
@@ -38,7 +41,9 @@ if (Date.now() > startsAtMs) throw new Error('loading took past the start');
 
 const ring = process.env.ADMISSION_TOKEN_KEYS;
 const accounts = Array.from({ length: N }, (_, i) => `${PREFIX}-${i}`);
-const ticket = (a) => sign(ring, { ...claims('ticket', a, SALE, 3600), tkt: { seq: 1, shard: shardOf(a, K) } });
+const ticket = (a) => sign(ring, {
+  ...claims('ticket', a, SALE, 3600), tkt: { seq: 1, shard: shardOf(a, K), salt: bulkSalt(SALE, a) },
+});
 
 // From 2 s before the start until the draw is done: a trickle of polls
 // (8 in flight) whose slowest answer is what "no request waits" means.
@@ -96,23 +101,29 @@ await sleep(1_100);
 const firstCalls = (await doRequests()) - before;
 log(`first polls: ${firstCalls} object calls in ${f(firstS, 1)} s`);
 
-// The outside check: places from the published seed.
+// The outside check (draw v2): the leaves (the bulk hook's salts are
+// derivable) have the published root, the key is SHA-256(seed ‖ root), and
+// places are ranks of SHA-256(key ‖ leaf).
 const { seed, commitment } = header;
 const seedOk = sha256hex(Buffer.from(seed, 'hex')) === commitment;
-const ranked = accounts.map((a) => [a, sha256hex(`${seed}:${a}`)]).sort((x, y) => (x[1] < y[1] ? -1 : 1));
-const expected = new Map(ranked.map(([a], i) => [a, i + 1]));
-const sampleOk = sample.every((a, i) => got[i] === expected.get(a));
-// The whole listing, bucket by bucket: a permutation of 1..N in seed order.
+const leaves = accounts.map((a) => leafOf(a, bulkSalt(SALE, a)));
+const root = merkleRoot(leaves).toString('hex');
+const key = drawKey(seed, root, '');
+const rootOk = root === header.entrants_root && key.toString('hex') === header.key;
+const expectedPlaces = placesOf(key, leaves);
+const expected = new Map(accounts.map((a, i) => [a, expectedPlaces[i]]));
+const sampleOk = rootOk && sample.every((a, i) => got[i] === expected.get(a));
+// The whole listing, page by page: every leaf at the place recomputed.
 const t2 = Date.now();
-const pages = header.per_shard.flatMap((s) => Array.from({ length: s.buckets }, (_, j) => [s.shard, j]));
-const listed = (await pool(pages, 8, async ([k, j]) => {
-  const r = await call('GET', `${EDGE}/api/sales/${SALE}/draw?shard=${k}&bucket=${j}`, { timeoutMs: 60_000 });
-  return r.body.entries || [];
-})).flat();
+const listedD = await listedDraw(SALE, 300_000);
+const listedS = (Date.now() - t2) / 1000;
+const listed = await listingOf(SALE, N);
+const pages = { length: Math.ceil(N / 512) };
 const listS = (Date.now() - t2) / 1000;
-const byPlace = new Array(N + 1);
-for (const e of listed) byPlace[e.place] = e.key;
-const permutation = listed.length === N && byPlace.slice(1).every((k, i) => k === ranked[i][1]);
+const placeOfLeaf = new Map(leaves.map((l, i) => [l.toString('hex'), expectedPlaces[i]]));
+const permutation = listedD.entrants === N && listed.length === N
+  && listed.every((e, i) => e.place === i + 1 && placeOfLeaf.get(e.leaf) === e.place);
+log(`listing written ${f(listedS, 1)} s after the draw`);
 
 console.log(`\n### Crowd scale through local wrangler dev: ${N.toLocaleString('en')} bulk-loaded entrants, ${K} queue shards\n`);
 console.log('| figure | value | target |');

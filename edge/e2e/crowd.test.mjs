@@ -3,12 +3,14 @@
 // drawn at the start by the shards' alarm chains in steps, and every
 // place — learned by a first poll that reads cached buckets, not one object
 // call per person — equal to what this script recomputes from the
-// published seed. The 200,000-entrant version is scripts/bench-edge.
+// published seed (draw v2: the entrants' leaves, their Merkle root, the key;
+// the bulk hook's salts are derivable, so this script knows every leaf).
+// The 200,000-entrant version is scripts/bench-edge.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, QUEUE_SHARDS, call, claims, createSale, pool, rid, sha256hex, shardOf, sign, sleep,
-  userToken, until,
+  EDGE, QUEUE_SHARDS, bulkSalt, call, claims, createSale, drawKey, leafOf, merkleRoot, placesOf,
+  pool, rid, sha256hex, shardOf, sign, sleep, userToken, until,
 } from './lib.mjs';
 
 const SALE = `e2e-crowd-${rid()}`;
@@ -58,6 +60,8 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
   assert.ok(header, 'drawn');
   const { seed, commitment, per_shard: perShard, drawn_at_ms: drawnAt } = header.body;
   assert.equal(sha256hex(Buffer.from(seed, 'hex')), commitment);
+  assert.equal(header.body.beacon, 'none');
+  assert.equal(header.body.entrants, N);
   assert.ok(drawnAt - startsAtMs < 10_000, `drawn ${drawnAt - startsAtMs} ms after the start`);
   assert.equal(perShard.reduce((a, s) => a + s.count, 0), N);
   // The spread over shards matches the account → shard map.
@@ -68,7 +72,9 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
 
   // First polls: tickets (as the shards mint them, minus the seq) for all.
   const ring = process.env.ADMISSION_TOKEN_KEYS;
-  const ticket = (a) => sign(ring, { ...claims('ticket', a, SALE, 3600), tkt: { seq: 1, shard: shardOf(a, QUEUE_SHARDS) } });
+  const ticket = (a) => sign(ring, {
+    ...claims('ticket', a, SALE, 3600), tkt: { seq: 1, shard: shardOf(a, QUEUE_SHARDS), salt: bulkSalt(SALE, a) },
+  });
   const buckets = perShard.reduce((a, s) => a + s.buckets, 0);
   await sleep(3_000); // the isolate's snapshot sees the draw
   const before = await doRequests();
@@ -92,12 +98,16 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
   assert.ok(firstCalls <= buckets + 1 + Math.ceil(secs) + 3 + seenBatches,
     `${firstCalls} object calls for ${N} first polls (${buckets} buckets, ${secs} s, ${seenBatches} seen batches allowed)`);
 
-  // The places are the permutation an outside script gets from the seed.
-  const expected = new Map(
-    accounts.map((a) => [a, sha256hex(`${seed}:${a}`)]).sort((x, y) => (x[1] < y[1] ? -1 : 1))
-      .map(([a], i) => [a, i + 1]),
-  );
-  accounts.forEach((a, i) => assert.equal(places[i], expected.get(a), a));
+  // The places are the permutation an outside script gets from the seed:
+  // the leaves' root and the key are the published ones, and places are
+  // ranks of SHA-256(key ‖ leaf).
+  const leaves = accounts.map((a) => leafOf(a, bulkSalt(SALE, a)));
+  const root = merkleRoot(leaves).toString('hex');
+  assert.equal(header.body.entrants_root, root);
+  const key = drawKey(seed, root, '');
+  assert.equal(header.body.key, key.toString('hex'));
+  const expected = placesOf(key, leaves);
+  accounts.forEach((a, i) => assert.equal(places[i], expected[i], a));
 
   // A ticket of someone who was not in the pre-queue gets no drawn place.
   const stranger = await call('GET', `${EDGE}/api/sales/${SALE}/queue`, { token: ticket(`not-${PREFIX}`) });
@@ -106,7 +116,8 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
 
   // Steady state: 1,000 polls with places cost a handful of object calls.
   const placed = accounts.slice(0, 1_000).map((a, i) => sign(ring, {
-    ...claims('ticket', a, SALE, 3600), tkt: { seq: 1, shard: shardOf(a, QUEUE_SHARDS), place: places[i] },
+    ...claims('ticket', a, SALE, 3600),
+    tkt: { seq: 1, shard: shardOf(a, QUEUE_SHARDS), place: places[i], salt: bulkSalt(SALE, a) },
   }));
   const b2 = await doRequests();
   const t1 = Date.now();

@@ -216,3 +216,60 @@ export function skipUnless(present, reason) {
   if (process.env.TEST_SKIPS_FILE) appendFileSync(process.env.TEST_SKIPS_FILE, `e2e: ${reason}\n`);
   return reason;
 }
+
+// ------------------------------------------------------------ draw v2
+// The outside script's side of DESIGN.md "The draw, v2", in plain node
+// crypto: what anyone can recompute from what the edge publishes.
+const H = (...parts) => { const h = createHash('sha256'); for (const p of parts) h.update(p); return h.digest(); };
+
+/** An entrant's leaf (Buffer) from account and salt (hex). */
+export const leafOf = (account, saltHex) => H(`fs-leaf:${account}:${saltHex}`);
+
+/** The DEV_MODE bulk hook's salt of a synthetic entrant (hex). */
+export const bulkSalt = (sale, account) => H(`fs-bulk-salt:${sale}:${account}`).subarray(0, 16).toString('hex');
+
+/** RFC 6962 Merkle root of leaves (Buffers, any order: sorted here). */
+export function merkleRoot(leaves) {
+  const sorted = [...leaves].sort(Buffer.compare);
+  const mth = (a, lo, hi) => {
+    if (hi - lo === 0) return H(Buffer.alloc(0));
+    if (hi - lo === 1) return H(Buffer.from([0]), a[lo]);
+    let k = 1;
+    while (k * 2 < hi - lo) k *= 2;
+    return H(Buffer.from([1]), mth(a, lo, lo + k), mth(a, lo + k, hi));
+  };
+  return mth(sorted, 0, sorted.length);
+}
+
+/** `key = SHA-256(seed ‖ entrants_root ‖ beacon)` (hex in, Buffer out). */
+export const drawKey = (seedHex, rootHex, beaconHex = '') =>
+  H(Buffer.from(seedHex, 'hex'), Buffer.from(rootHex, 'hex'), Buffer.from(beaconHex || '', 'hex'));
+
+/** Places (1-based) of `leaves` (Buffers) under `key`: ranks of SHA-256(key ‖ leaf). */
+export function placesOf(key, leaves) {
+  const valued = leaves.map((l, i) => [H(key, l).toString('hex'), i]).sort((x, y) => (x[0] < y[0] ? -1 : 1));
+  const places = new Array(leaves.length);
+  valued.forEach(([, i], rank) => { places[i] = rank + 1; });
+  return places;
+}
+
+/** The whole published listing (pages of 512), waiting until it is listed. */
+export async function listingOf(sale, n) {
+  const entries = [];
+  for (let from = 1; from <= n; from += 512) {
+    const r = await call('GET', `${EDGE}/api/sales/${sale}/draw?from=${from}&limit=512`, { timeoutMs: 60_000 });
+    if (r.status !== 200) throw new Error(`listing ${from}: ${r.status} ${JSON.stringify(r.body)}`);
+    entries.push(...r.body.entries);
+  }
+  return entries;
+}
+
+/** Waits (≤ ms) until the sale's draw is listed; returns the summary's draw. */
+export async function listedDraw(sale, ms = 60_000) {
+  const d = await until(ms, async () => {
+    const r = await call('GET', `${EDGE}/api/sales/${sale}`);
+    return r.body.draw?.listed ? r.body.draw : null;
+  }, 250);
+  if (!d) throw new Error(`the draw of ${sale} was not listed within ${ms} ms`);
+  return d;
+}

@@ -241,7 +241,9 @@ test('every state from sign-in to paid, both languages, two widths, axe-clean, u
       // The draw can be checked from the page.
       await a.getByText('How the fair draw works').click();
       await a.getByRole('button', { name: 'Check my draw' }).click();
-      await waitText(a, 'The seed matches the commitment.');
+      // Its receipt verified by the page itself (WebCrypto): leaf, audit
+      // path to the sealed list's root, commitment, key, listing.
+      await waitText(a, 'Your draw checks out', 15_000);
       assert.ok(await a.getByLabel('Quantity').count());
     } finally {
       await browser.close();

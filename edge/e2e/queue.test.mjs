@@ -7,7 +7,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, QUEUE_SHARDS, call, createSale, decode, origin, placeOf, pool, reservationRequests, rid,
+  EDGE, QUEUE_SHARDS, call, createSale, decode, drawKey, leafOf, listedDraw, listingOf, merkleRoot, origin,
+  placesOf, placeOf, pool, reservationRequests, rid,
   sha256hex, shardOf, sign, claims, sleep, spearman, userToken, until,
 } from './lib.mjs';
 
@@ -172,23 +173,28 @@ test(`after the start the pre-queue places are a verifiable random permutation o
   const places = polled.map((b) => b.place);
   assert.deepEqual([...places].sort((x, y) => x - y), Array.from({ length: N }, (_, i) => i + 1));
 
-  // Verifiable: the seed matches the commitment and reproduces every place.
-  const s = await call('GET', `${EDGE}/api/sales/${SALE}`);
-  const { seed, commitment } = s.body.draw;
+  // Verifiable (draw v2): the seed matches the commitment; the leaves of
+  // everyone's account and ticket salt have the published root; the key
+  // is SHA-256(seed ‖ root ‖ beacon) and reproduces every place.
+  const d = await listedDraw(SALE);
+  const { seed, commitment } = d;
   assert.match(seed, /^[0-9a-f]{64}$/);
   assert.equal(sha256hex(Buffer.from(seed, 'hex')), commitment);
-  const expected = [...accounts].sort((x, y) => {
-    const kx = sha256hex(`${seed}:${x}`);
-    const ky = sha256hex(`${seed}:${y}`);
-    return kx < ky ? -1 : 1;
-  });
+  assert.equal(d.beacon, 'none');
+  assert.equal(d.entrants, N);
+  const leaves = accounts.map((a, i) => leafOf(a, decode(polled[i].ticket).tkt.salt));
+  const root = merkleRoot(leaves).toString('hex');
+  assert.equal(d.entrants_root, root);
+  const key = drawKey(seed, root, '');
+  assert.equal(d.key, key.toString('hex'));
+  const expected = placesOf(key, leaves);
   for (const [i, a] of accounts.entries()) {
-    assert.equal(places[i], expected.indexOf(a) + 1, `place of ${a}`);
+    assert.equal(places[i], expected[i], `place of ${a}`);
     joined.get(a).ticket = polled[i].ticket;
     joined.get(a).place = polled[i].place;
   }
-  // The audit listing: per shard, buckets of <= 512 values with their
-  // global places; together sorted by draw value, places 1..N.
+  // The audit listing: pages of <= 512 {place, leaf, value}, places 1..N,
+  // values ascending, each SHA-256(key ‖ leaf): leaves, never accounts.
   const audit = await call('GET', `${EDGE}/api/sales/${SALE}/draw`);
   assert.equal(audit.status, 200);
   // Drawn by the shards' alarm chains at the start (no request draws),
@@ -197,21 +203,25 @@ test(`after the start the pre-queue places are a verifiable random permutation o
     `drawn ${audit.body.drawn_at_ms - startsAtMs} ms after the start`);
   assert.equal(audit.body.prequeue, N);
   assert.equal(audit.body.per_shard.length, QUEUE_SHARDS);
-  const listed = [];
-  for (const { shard, buckets } of audit.body.per_shard) {
-    for (let j = 0; j < buckets; j++) {
-      const page = await call('GET', `${EDGE}/api/sales/${SALE}/draw?shard=${shard}&bucket=${j}`);
-      assert.equal(page.status, 200, JSON.stringify(page.body));
-      assert.ok(page.body.entries.length <= 512);
-      assert.match(page.headers.get('cache-control'), /immutable/);
-      listed.push(...page.body.entries);
-    }
-  }
-  listed.sort((x, y) => x.place - y.place);
+  const page = await call('GET', `${EDGE}/api/sales/${SALE}/draw?from=1&limit=7`);
+  assert.equal(page.status, 200, JSON.stringify(page.body));
+  assert.match(page.headers.get('cache-control'), /immutable/);
+  assert.equal(page.body.entries.length, Math.min(7, N));
+  const listed = await listingOf(SALE, N);
   assert.deepEqual(listed.map((e) => e.place), Array.from({ length: N }, (_, i) => i + 1));
-  for (let i = 1; i < N; i++) assert.ok(listed[i - 1].key < listed[i].key, 'sorted by draw value');
-  const outOfRange = await call('GET', `${EDGE}/api/sales/${SALE}/draw?shard=999&bucket=0`);
-  assert.equal(outOfRange.status, 400);
+  for (let i = 1; i < N; i++) assert.ok(listed[i - 1].value < listed[i].value, 'sorted by draw value');
+  const byLeaf = new Map(leaves.map((l, i) => [l.toString('hex'), i]));
+  for (const e of listed) {
+    assert.equal(e.value, sha256hex(Buffer.concat([key, Buffer.from(e.leaf, 'hex')])));
+    assert.equal(expected[byLeaf.get(e.leaf)], e.place, 'the listing has each leaf at its place');
+    assert.equal(Object.keys(e).sort().join(), 'leaf,place,value', 'no account ids');
+  }
+  for (const q of ['from=0', 'limit=513', 'from=x', 'limit=0']) {
+    const bad = await call('GET', `${EDGE}/api/sales/${SALE}/draw?${q}`);
+    assert.equal(bad.status, 400, q);
+  }
+  const past = await call('GET', `${EDGE}/api/sales/${SALE}/draw?from=${N + 1}`);
+  assert.deepEqual(past.body.entries, [], 'past the end: empty');
 
   // Arrival order does not predict the place.
   const arrival = accounts.map((_, i) => i);
