@@ -98,14 +98,7 @@
       draw_seed: 'Seed (published after the draw):', not_drawn: 'not yet drawn',
       draw_value: 'At the start the entry list is sealed (its fingerprint is published), then mixed with a public random number nobody knew before; your place comes from that. “Check my draw” verifies it all in your browser.',
       draw_list: 'Full list of draw values', check: 'Check my draw',
-      check_wait: 'Checking…', check_not_yet: 'Your receipt is ready once the draw is finished — try again in a moment.',
-      check_not_in: 'You joined after the start, so your place follows arrival order, not the draw.',
-      check_ok: 'Your draw checks out: your entry is in the sealed list of {n} people, the secret seed matches what was published before anyone joined, and place {place} is exactly what the published numbers give.',
-      check_bad: 'Warning: your draw does NOT check out — {why}. Please tell the shop.',
-      why_commit: 'the seed does not match the commitment published before the sale',
-      why_leaf: 'your receipt is not for your account', why_path: 'your entry is not in the sealed list',
-      why_key: 'the mixing key is not made from the seed, the sealed list and the beacon',
-      why_place: 'the list does not have you at your place', why_error: 'the receipt could not be fetched',
+      check_wait: 'Checking…',
       dur_s: '{s} s', dur_ms: '{m} min {s} s', dur_hm: '{h} h {m} min',
     },
     vi: {
@@ -179,14 +172,7 @@
       draw_seed: 'Hạt giống (công bố sau khi bốc thăm):', not_drawn: 'chưa bốc thăm',
       draw_value: 'Lúc mở bán, danh sách người tham gia được niêm phong (dấu vân tay của nó được công bố), rồi trộn với một số ngẫu nhiên công khai mà trước đó không ai biết; thứ tự của bạn đến từ đó. “Kiểm tra lượt bốc thăm của tôi” xác minh tất cả ngay trong trình duyệt.',
       draw_list: 'Danh sách đầy đủ các giá trị', check: 'Kiểm tra lượt bốc thăm của tôi',
-      check_wait: 'Đang kiểm tra…', check_not_yet: 'Biên nhận của bạn có khi bốc thăm xong — hãy thử lại sau giây lát.',
-      check_not_in: 'Bạn tham gia sau giờ mở bán, nên thứ tự của bạn theo thứ tự đến, không theo bốc thăm.',
-      check_ok: 'Lượt bốc thăm của bạn hợp lệ: bạn có trong danh sách niêm phong gồm {n} người, hạt giống bí mật khớp với cam kết công bố trước khi có người tham gia, và vị trí {place} đúng như các số đã công bố cho ra.',
-      check_bad: 'Cảnh báo: lượt bốc thăm của bạn KHÔNG hợp lệ — {why}. Hãy báo cho cửa hàng.',
-      why_commit: 'hạt giống không khớp với cam kết công bố trước đợt bán',
-      why_leaf: 'biên nhận không phải của tài khoản bạn', why_path: 'bạn không có trong danh sách niêm phong',
-      why_key: 'khóa trộn không được tạo từ hạt giống, danh sách niêm phong và số ngẫu nhiên công khai',
-      why_place: 'danh sách không có bạn ở vị trí của bạn', why_error: 'không lấy được biên nhận',
+      check_wait: 'Đang kiểm tra…',
       dur_s: '{s} giây', dur_ms: '{m} phút {s} giây', dur_hm: '{h} giờ {m} phút',
     },
   };
@@ -771,66 +757,23 @@
     }
   }
 
-  // "Check my draw" (DESIGN.md "The draw, v2"), all in the browser with
-  // WebCrypto: the receipt's leaf is SHA-256("fs-leaf:" ‖ account ‖ ":" ‖
-  // hex(salt)); its RFC 6962 audit path leads to the published
-  // entrants_root; SHA-256(seed) is the commitment published before anyone
-  // joined; key = SHA-256(seed ‖ root ‖ beacon); and the listing has this
-  // leaf at the receipt's place with value SHA-256(key ‖ leaf).
-  const fromHex = (h) => new Uint8Array((h || '').match(/../g)?.map((x) => parseInt(x, 16)) || []);
-  const toHex = (b) => [...new Uint8Array(b)].map((x) => x.toString(16).padStart(2, '0')).join('');
-  const cat = (...parts) => {
-    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-    let o = 0;
-    for (const p of parts) { out.set(p, o); o += p.length; }
-    return out;
-  };
-  const sha = async (...parts) => new Uint8Array(await crypto.subtle.digest('SHA-256', cat(...parts)));
-  // RFC 9162 §2.1.3.2: the root from a leaf, its index, the tree size and
-  // its audit path (bottom-up).
-  async function rootFromPath(leaf, index, size, path) {
-    if (index >= size) return null;
-    let fn = index;
-    let sn = size - 1;
-    let r = await sha(new Uint8Array([0]), leaf);
-    for (const p of path) {
-      if (sn === 0) return null;
-      if (fn % 2 === 1 || fn === sn) {
-        r = await sha(new Uint8Array([1]), p, r);
-        if (fn % 2 === 0) while (fn % 2 === 0 && fn !== 0) { fn = Math.floor(fn / 2); sn = Math.floor(sn / 2); }
-      } else r = await sha(new Uint8Array([1]), r, p);
-      fn = Math.floor(fn / 2);
-      sn = Math.floor(sn / 2);
-    }
-    return sn === 0 ? toHex(r) : null;
-  }
+  // "Check my draw": the verifier (check.js) is loaded only when asked for,
+  // so the page everyone loads stays light.
+  const checkSrc = (document.currentScript && document.currentScript.dataset.check) || '';
+  let checker = null;
+  const loadChecker = () => checker || (checker = new Promise((resolve, reject) => {
+    const el = document.createElement('script');
+    el.src = checkSrc;
+    el.onload = () => resolve(self.flashsaleCheckDraw);
+    el.onerror = () => { checker = null; reject(new Error('check.js')); };
+    document.head.appendChild(el);
+  }));
   async function checkDraw() {
     say('check-out', t('check_wait'));
-    const r = await api('GET', `/api/sales/${encodeURIComponent(sale)}/queue/receipt`, { token: st.ticket });
-    if (r.status !== 200) {
-      const code = r.data && r.data.error && r.data.error.code;
-      say('check-out', code === 'not_drawn' ? t('check_not_yet')
-        : code === 'not_in_draw' ? t('check_not_in') : t('check_bad', { why: t('why_error') }));
-      return;
-    }
-    const rc = r.data;
-    const s = await api('GET', `/api/sales/${encodeURIComponent(sale)}`);
-    const d = (s.data && s.data.draw) || {};
-    const beacon = d.beacon && d.beacon !== 'none' ? fromHex(d.beacon.value) : new Uint8Array(0);
-    const leaf = await sha(new TextEncoder().encode(`fs-leaf:${st.sub}:${rc.salt}`));
-    let why = null;
-    if (toHex(await sha(fromHex(d.seed))) !== d.commitment) why = 'why_commit';
-    else if (toHex(leaf) !== rc.leaf) why = 'why_leaf';
-    else if (await rootFromPath(leaf, rc.leaf_index, d.entrants, (rc.audit_path || []).map(fromHex)) !== d.entrants_root) why = 'why_path';
-    else if (toHex(await sha(fromHex(d.seed), fromHex(d.entrants_root), beacon)) !== d.key) why = 'why_key';
-    else {
-      const l = await api('GET', `/api/sales/${encodeURIComponent(sale)}/draw?from=${rc.place}&limit=1`);
-      const e = l.data && l.data.entries && l.data.entries[0];
-      const value = toHex(await sha(fromHex(d.key), leaf));
-      if (!e || e.place !== rc.place || e.leaf !== rc.leaf || e.value !== value) why = 'why_place';
-    }
-    say('check-out', why ? t('check_bad', { why: t(why) })
-      : t('check_ok', { n: num(d.entrants), place: num(rc.place) }));
+    try {
+      const run = await loadChecker();
+      say('check-out', await run({ sale, sub: st.sub, ticket: st.ticket, api, lang, num }));
+    } catch { say('check-out', t('network')); }
   }
 
   function signIn(token) {

@@ -15,7 +15,7 @@ const check = process.argv.includes('--check');
 
 const out = new Map();
 let html = readFileSync(join(here, 'sale.html'), 'utf8');
-for (const name of ['app.js', 'app.css', 'timer.js', 'pow.js']) {
+for (const name of ['app.js', 'app.css', 'timer.js', 'pow.js', 'check.js']) {
   const body = readFileSync(join(here, name));
   const hash = createHash('sha256').update(body).digest('hex').slice(0, 10);
   const [base, ext] = name.split('.');
