@@ -6,7 +6,7 @@
 //! the origin.
 //!
 //! Layout: the pure modules ([`api`], [`botcheck`], [`config`], [`control`],
-//! [`draw`], [`freeze`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
+//! [`draw`], [`draw_phases`], [`freeze`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
 //! [`shard_draw`], [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
 //! are thin runtime glue. Invariant: nothing in this crate trusts input —
@@ -18,6 +18,7 @@ pub mod botcheck;
 pub mod config;
 pub mod control;
 pub mod draw;
+pub mod draw_phases;
 pub mod freeze;
 pub mod frontier;
 pub mod limit;

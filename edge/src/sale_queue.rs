@@ -44,6 +44,7 @@ use worker::{
 use crate::api::{self, ApiError};
 use crate::control::{Controller, Limits, Mode, Reason, Sample};
 use crate::draw::{self, BeaconNext};
+use crate::draw_phases::{self, Phase};
 use crate::freeze::{CHUNK, ChunkIndex, Freeze, Item, Page};
 use crate::frontier::{Frontier, Inputs, Params};
 use crate::glue::{now_ms, send_with_timeout};
@@ -915,150 +916,163 @@ impl SaleQueue {
         Ok(true)
     }
 
-    /// One bounded step of the draw v2 at the coordinator, in order: the
-    /// freeze (merge every shard's sorted leaves into the Merkle tree, in
-    /// chunks), the beacon, the key; then, once every shard has drawn with
-    /// that key, the listing (merge every shard's values). Returns whether
-    /// more can be done at once (the alarm comes back at once, else in a
-    /// second). Each step's state is stored before the next, so an evicted
-    /// object resumes; nothing here runs in a request.
-    async fn draw_step(&self, sale: &str, now: u64) -> ApiResult<bool> {
-        let starts = self.meta.u64("starts_at_ms").unwrap_or(u64::MAX);
-        if now < starts.saturating_add(crate::queue_shard::DRAW_GRACE_MS)
-            || self.meta.flag("listed")
-        {
-            return Ok(false);
-        }
+    /// One bounded merge step over every shard's sorted pages of `path`
+    /// (`field` in the answer), resumed from the state stored under
+    /// `state_key`; each completed chunk goes to `put`. Returns the state
+    /// after the step, or `None` when a shard is not ready yet.
+    async fn merge_step<T: Item>(
+        &self,
+        sale: &str,
+        (state_key, path, field): (&str, &str, &str),
+        held: &RefCell<Vec<Page<T>>>,
+        put: impl Fn(&Self, &crate::freeze::Chunk<T>) -> ApiResult<()>,
+    ) -> ApiResult<Option<Freeze<T>>> {
         let n = self.shards() as usize;
-        if self.meta.get("entrants_root").is_none() {
-            let mut f: Freeze = self
-                .meta
-                .get("freeze")
-                .and_then(|x| serde_json::from_str(&x).ok())
-                .unwrap_or_else(|| Freeze::start(n as u32));
-            let mut pages = std::mem::take(&mut *self.leaf_pages.borrow_mut());
-            pages.resize_with(n, Page::default);
-            let wants = f.wants(&pages, DRAW_PAGE / 2);
-            if !self
-                .fetch_pages(sale, "/leaves", "leaves", wants, &mut pages)
-                .await?
-            {
-                *self.leaf_pages.borrow_mut() = pages;
-                return Ok(false);
-            }
-            let Some(merged) = f.merge(&mut pages, DRAW_MAX_OUT) else {
-                // A stored state that does not add up: start the freeze over.
-                worker::console_error!("freeze state unreadable: starting over");
-                self.sql()
-                    .exec("DELETE FROM chunks", None)
-                    .map_err(sql_err)?;
-                self.meta.delete(&self.sql(), "freeze")?;
-                return Ok(true);
-            };
-            for c in &merged.chunks {
-                let leaves: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
-                self.sql()
-                    .exec(
-                        "INSERT OR REPLACE INTO chunks (j, first, root, leaves) VALUES (?, ?, ?, ?)",
-                        Some(vec![
-                            (c.index as f64).into(),
-                            leaves.first().cloned().unwrap_or_default().into(),
-                            draw::to_hex_hash(&c.root).into(),
-                            serde_json::to_string(&leaves).unwrap_or_default().into(),
-                        ]),
-                    )
-                    .map_err(sql_err)?;
-            }
-            self.set("freeze", serde_json::to_string(&f).unwrap_or_default())?;
-            *self.leaf_pages.borrow_mut() = pages;
-            if let Some(root) = &f.root {
-                self.set("entrants", f.merged)?;
-                self.set("frozen_at_ms", now)?;
-                self.set("entrants_root", root)?;
-            }
-            return Ok(true);
-        }
-        if self.meta.get("key").is_none() {
-            let beacon = match self.meta.get("beacon_url") {
-                None => Vec::new(),
-                Some(url) => match self.beacon_step(&url, starts, now).await? {
-                    Some(b) => b,
-                    None => return Ok(false),
-                },
-            };
-            let (Some(seed), Some(root)) = (
-                self.meta.get("seed").and_then(|x| hex::decode(x).ok()),
-                self.meta
-                    .get("entrants_root")
-                    .and_then(|x| ::draw::from_hex(&x)),
-            ) else {
-                return Err(ApiError::new(
-                    500,
-                    "queue_storage",
-                    "seed or root unreadable",
-                ));
-            };
-            self.set(
-                "key",
-                draw::to_hex_hash(&::draw::key(&seed, &root, &beacon)),
-            )?;
-            // The shards waiting for the key are woken now.
-            self.poked_ms.set(0);
-            return Ok(false);
-        }
-        if !self.drawn() {
-            return Ok(false);
-        }
-        let mut f: Freeze<[u8; 64]> = self
+        let mut f: Freeze<T> = self
             .meta
-            .get("listing")
+            .get(state_key)
             .and_then(|x| serde_json::from_str(&x).ok())
             .unwrap_or_else(|| Freeze::start(n as u32));
-        let mut pages = std::mem::take(&mut *self.rank_pages.borrow_mut());
+        let mut pages = std::mem::take(&mut *held.borrow_mut());
         pages.resize_with(n, Page::default);
         let wants = f.wants(&pages, DRAW_PAGE / 2);
-        if !self
-            .fetch_pages(sale, "/ranked", "items", wants, &mut pages)
-            .await?
-        {
-            *self.rank_pages.borrow_mut() = pages;
-            return Ok(false);
-        }
-        let Some(merged) = f.merge(&mut pages, DRAW_MAX_OUT) else {
-            worker::console_error!("listing state unreadable: starting over");
-            self.sql()
-                .exec("DELETE FROM listing", None)
-                .map_err(sql_err)?;
-            self.meta.delete(&self.sql(), "listing")?;
-            return Ok(true);
+        let ready = self.fetch_pages(sale, path, field, wants, &mut pages).await;
+        let merged = match ready {
+            Ok(true) => f.merge(&mut pages, DRAW_MAX_OUT),
+            other => {
+                *held.borrow_mut() = pages;
+                return other.map(|_| None);
+            }
+        };
+        let Some(merged) = merged else {
+            // A stored state that does not add up: start this merge over
+            // (its chunks are rewritten by index).
+            worker::console_error!("{state_key} state unreadable: starting over");
+            self.meta.delete(&self.sql(), state_key)?;
+            return Ok(Some(Freeze::start(n as u32)));
         };
         for c in &merged.chunks {
-            let items: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
-            self.sql()
-                .exec(
-                    "INSERT OR REPLACE INTO listing (j, items) VALUES (?, ?)",
-                    Some(vec![
-                        (c.index as f64).into(),
-                        serde_json::to_string(&items).unwrap_or_default().into(),
-                    ]),
-                )
-                .map_err(sql_err)?;
+            put(self, c)?;
         }
-        self.set("listing", serde_json::to_string(&f).unwrap_or_default())?;
-        *self.rank_pages.borrow_mut() = pages;
-        if f.is_done() {
-            if f.merged != self.meta.u64("entrants").unwrap_or(0) {
-                // Shards drew another set than the one frozen: never publish it.
-                worker::console_error!(
-                    "listing has {} entries, frozen set {:?}",
-                    f.merged,
-                    self.meta.u64("entrants")
-                );
-            } else {
-                self.set("listed", 1)?;
+        self.set(state_key, serde_json::to_string(&f).unwrap_or_default())?;
+        *held.borrow_mut() = pages;
+        Ok(Some(f))
+    }
+
+    /// One bounded step of the draw v2 at the coordinator, in the order
+    /// `draw_phases::next` gives: the freeze (merge every shard's sorted
+    /// leaves into the Merkle tree, in chunks), the beacon and the key;
+    /// then, once every shard has drawn with that key, the listing (merge
+    /// every shard's values). Returns whether more can be done at once (the
+    /// alarm comes back at once, else in a second). Each step's state is
+    /// stored before the next, so an evicted object resumes; nothing here
+    /// runs in a request.
+    async fn draw_step(&self, sale: &str, now: u64) -> ApiResult<bool> {
+        let starts = self.meta.u64("starts_at_ms").unwrap_or(u64::MAX);
+        let facts = draw_phases::Facts {
+            now_ms: now,
+            freeze_at_ms: starts.saturating_add(crate::queue_shard::DRAW_GRACE_MS),
+            frozen: self.meta.get("entrants_root").is_some(),
+            keyed: self.meta.get("key").is_some(),
+            drawn: self.drawn(),
+            listed: self.meta.flag("listed"),
+        };
+        match draw_phases::next(&facts) {
+            Phase::Wait | Phase::Done => Ok(false),
+            Phase::Freeze => {
+                let put = |q: &Self, c: &crate::freeze::Chunk<draw::Hash>| {
+                    let leaves: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
+                    q.sql()
+                        .exec(
+                            "INSERT OR REPLACE INTO chunks (j, first, root, leaves) VALUES (?, ?, ?, ?)",
+                            Some(vec![
+                                (c.index as f64).into(),
+                                leaves.first().cloned().unwrap_or_default().into(),
+                                draw::to_hex_hash(&c.root).into(),
+                                serde_json::to_string(&leaves).unwrap_or_default().into(),
+                            ]),
+                        )
+                        .map(|_| ())
+                        .map_err(sql_err)
+                };
+                let Some(f) = self
+                    .merge_step(sale, ("freeze", "/leaves", "leaves"), &self.leaf_pages, put)
+                    .await?
+                else {
+                    return Ok(false);
+                };
+                if let Some(root) = &f.root {
+                    self.set("entrants", f.merged)?;
+                    self.set("frozen_at_ms", now)?;
+                    self.set("entrants_root", root)?;
+                }
+                Ok(true)
+            }
+            Phase::Key => {
+                let beacon = match self.meta.get("beacon_url") {
+                    None => Vec::new(),
+                    Some(url) => match self.beacon_step(&url, starts, now).await? {
+                        Some(b) => b,
+                        None => return Ok(false),
+                    },
+                };
+                let (Some(seed), Some(root)) = (
+                    self.meta.get("seed").and_then(|x| hex::decode(x).ok()),
+                    self.meta
+                        .get("entrants_root")
+                        .and_then(|x| ::draw::from_hex(&x)),
+                ) else {
+                    return Err(ApiError::new(
+                        500,
+                        "queue_storage",
+                        "seed or root unreadable",
+                    ));
+                };
+                self.set(
+                    "key",
+                    draw::to_hex_hash(&::draw::key(&seed, &root, &beacon)),
+                )?;
+                // The shards waiting for the key are woken now.
+                self.poked_ms.set(0);
+                Ok(false)
+            }
+            Phase::List => {
+                let put = |q: &Self, c: &crate::freeze::Chunk<[u8; 64]>| {
+                    let items: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
+                    q.sql()
+                        .exec(
+                            "INSERT OR REPLACE INTO listing (j, items) VALUES (?, ?)",
+                            Some(vec![
+                                (c.index as f64).into(),
+                                serde_json::to_string(&items).unwrap_or_default().into(),
+                            ]),
+                        )
+                        .map(|_| ())
+                        .map_err(sql_err)
+                };
+                let Some(f) = self
+                    .merge_step(sale, ("listing", "/ranked", "items"), &self.rank_pages, put)
+                    .await?
+                else {
+                    return Ok(false);
+                };
+                if !f.is_done() {
+                    return Ok(true);
+                }
+                if f.merged == self.meta.u64("entrants").unwrap_or(0) {
+                    self.set("listed", 1)?;
+                } else {
+                    // Shards drew another set than the one frozen: never
+                    // publish it.
+                    worker::console_error!(
+                        "listing has {} entries, the frozen set {:?}",
+                        f.merged,
+                        self.meta.u64("entrants")
+                    );
+                }
+                Ok(false)
             }
         }
-        Ok(!f.is_done())
     }
 
     /// The beacon's value for the sale's round, once it can be had; an

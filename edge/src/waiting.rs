@@ -27,7 +27,7 @@ use std::rc::Rc;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use token::{Claims, Expect, TicketData, TokenType};
+use token::{Claims, Expect, KeyRing, TicketData, TokenType};
 use worker::{Cache, Env, Method, Request, Response, js_sys};
 
 use crate::api::ApiError;
@@ -641,11 +641,9 @@ pub(crate) async fn status(env: &Env, req: &Request, sale: &str) -> ApiResult<Re
     status_for(env, sale, &token).await
 }
 
-/// The status object of the holder of `ticket`; learns the place (once)
-/// when it has become known and re-mints the ticket with it.
-async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> {
-    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    let claims = tickets
+/// The claims of a valid ticket of this sale (every token error its code).
+fn ticket_claims(tickets: &KeyRing, sale: &str, ticket: &str) -> ApiResult<Claims> {
+    tickets
         .verify(
             ticket,
             Expect {
@@ -654,7 +652,14 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
             },
             now_ms() / 1000,
         )
-        .map_err(ApiError::token)?;
+        .map_err(ApiError::token)
+}
+
+/// The status object of the holder of `ticket`; learns the place (once)
+/// when it has become known and re-mints the ticket with it.
+async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> {
+    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let claims = ticket_claims(&tickets, sale, ticket)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
     flush_seen(env, sale).await;
@@ -1062,16 +1067,7 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
 /// `entrants_root`, and the listing at their place.
 pub(crate) async fn receipt(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     let ticket = bearer_of(req)?;
-    let claims = ring(env, "ADMISSION_TOKEN_KEYS")?
-        .verify(
-            &ticket,
-            Expect {
-                typ: TokenType::Ticket,
-                sale: Some(sale),
-            },
-            now_ms() / 1000,
-        )
-        .map_err(ApiError::token)?;
+    let claims = ticket_claims(&*ring(env, "ADMISSION_TOKEN_KEYS")?, sale, &ticket)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
     if tkt.t_ms.is_some() {
