@@ -101,6 +101,7 @@ sed -e "s#^main = \"#main = \"$ROOT/#" \
   echo "TURNSTILE_SITEVERIFY_URL=http://127.0.0.1:$TURNSTILE_PORT/siteverify"
   echo "TURNSTILE_SECRET_KEY=e2e-turnstile-secret"
   [[ -z "${EDGE_ADMISSION_CONTROL:-}" ]] || echo "ADMISSION_CONTROL=$EDGE_ADMISSION_CONTROL"
+  [[ -z "${EDGE_DRAW_BEACON_WAIT_SECS:-}" ]] || echo "DRAW_BEACON_WAIT_SECS=$EDGE_DRAW_BEACON_WAIT_SECS"
 } >"$EDGE_DIR/.dev.vars"
 (cd "$EDGE_DIR" && EDGE_SKIP_BUILD=1 exec wrangler dev --config "$EDGE_DIR/wrangler.toml" \
   --port "$EDGE_PORT" --ip 127.0.0.1 --inspector-port "$INSPECTOR_PORT" \

@@ -113,8 +113,19 @@ pub fn key_of(seed: &[u8], leaves: &[String], beacon: &[u8]) -> Hash {
 }
 
 /// How long the coordinator waits for the beacon's round (from when it is
-/// due, or from the freeze if later) before drawing without it.
+/// due, or from the freeze if later) before drawing without it (DESIGN:
+/// 60 s; the Worker var `DRAW_BEACON_WAIT_SECS` can set another, e.g. a
+/// short one for the e2e test of a silent beacon).
 pub const BEACON_GIVE_UP_MS: u64 = 60_000;
+
+/// The give-up wait from the `DRAW_BEACON_WAIT_SECS` setting: 1..=600 s,
+/// anything else (or nothing) is the default 60 s.
+pub fn beacon_wait_ms(setting: Option<&str>) -> u64 {
+    setting
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|s| (1..=600).contains(s))
+        .map_or(BEACON_GIVE_UP_MS, |s| s * 1000)
+}
 
 /// What the coordinator does next about the beacon, from what it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,15 +141,16 @@ pub enum BeaconNext {
 }
 
 /// `info`: the beacon's `(genesis_time, period)` in seconds once known;
-/// `frozen_at_ms`: when the entrant set froze (the wait counts from the
-/// later of it and the round's time).
+/// `frozen_at_ms`: when the entrant set froze (the wait, `wait_ms`, counts
+/// from the later of it and the round's time).
 pub fn beacon_next(
     now_ms: u64,
     starts_at_ms: u64,
     frozen_at_ms: u64,
     info: Option<(u64, u64)>,
+    wait_ms: u64,
 ) -> BeaconNext {
-    let give_up = |from: u64| now_ms >= from.max(frozen_at_ms) + BEACON_GIVE_UP_MS;
+    let give_up = |from: u64| now_ms >= from.max(frozen_at_ms) + wait_ms;
     let Some((genesis, period)) = info else {
         return if give_up(frozen_at_ms) {
             BeaconNext::GiveUp
@@ -211,42 +223,56 @@ mod tests {
     #[test]
     fn the_beacon_round_is_the_first_at_or_after_the_start_and_waited_for_60_s() {
         // Rounds every 3 s from t = 1000 s: round r at 1000 + 3 (r − 1).
+        const W: u64 = BEACON_GIVE_UP_MS;
         let info = Some((1_000, 3));
         let starts = 1_010_500; // 1010.5 s: round 5 (1012 s) is the first after
         assert_eq!(
-            beacon_next(1_011_000, starts, 1_011_000, info),
+            beacon_next(1_011_000, starts, 1_011_000, info, W),
             BeaconNext::WaitUntil(1_012_000)
         );
         assert_eq!(
-            beacon_next(1_012_000, starts, 1_011_000, info),
+            beacon_next(1_012_000, starts, 1_011_000, info, W),
             BeaconNext::Fetch(5)
         );
         assert_eq!(
-            beacon_next(1_071_999, starts, 1_011_000, info),
+            beacon_next(1_071_999, starts, 1_011_000, info, W),
             BeaconNext::Fetch(5)
         );
         assert_eq!(
-            beacon_next(1_072_000, starts, 1_011_000, info),
+            beacon_next(1_072_000, starts, 1_011_000, info, W),
             BeaconNext::GiveUp
         );
         // A freeze later than the round: the 60 s count from the freeze.
         assert_eq!(
-            beacon_next(1_080_000, starts, 1_030_000, info),
+            beacon_next(1_080_000, starts, 1_030_000, info, W),
             BeaconNext::Fetch(5)
         );
         // No info yet: ask, and give up 60 s after the freeze.
         assert_eq!(
-            beacon_next(1_011_000, starts, 1_011_000, None),
+            beacon_next(1_011_000, starts, 1_011_000, None, W),
             BeaconNext::Info
         );
         assert_eq!(
-            beacon_next(1_071_000, starts, 1_011_000, None),
+            beacon_next(1_071_000, starts, 1_011_000, None, W),
             BeaconNext::GiveUp
         );
         // A start exactly on a round uses that round.
         assert_eq!(
-            beacon_next(1_013_000, 1_012_000, 1_012_000, info),
+            beacon_next(1_013_000, 1_012_000, 1_012_000, info, W),
             BeaconNext::Fetch(5)
+        );
+    }
+
+    #[test]
+    fn the_beacon_wait_is_60_s_unless_set_within_bounds() {
+        assert_eq!(beacon_wait_ms(None), 60_000);
+        assert_eq!(beacon_wait_ms(Some("8")), 8_000);
+        for bad in ["0", "601", "-1", "x", ""] {
+            assert_eq!(beacon_wait_ms(Some(bad)), 60_000, "{bad}");
+        }
+        assert_eq!(
+            beacon_next(1_008_000, 1_000_000, 1_000_000, None, 8_000),
+            BeaconNext::GiveUp
         );
     }
 

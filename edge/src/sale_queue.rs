@@ -1091,7 +1091,14 @@ impl SaleQueue {
             .u64("beacon_genesis")
             .zip(self.meta.u64("beacon_period"));
         let frozen = self.meta.u64("frozen_at_ms").unwrap_or(now);
-        match draw::beacon_next(now, starts, frozen, info) {
+        let wait = draw::beacon_wait_ms(
+            self.env
+                .var("DRAW_BEACON_WAIT_SECS")
+                .ok()
+                .map(|v| v.to_string())
+                .as_deref(),
+        );
+        match draw::beacon_next(now, starts, frozen, info, wait) {
             BeaconNext::Info => {
                 if let Some(v) = get_json(&format!("{base}/info")).await
                     && let (Some(g), Some(p)) = (v["genesis_time"].as_u64(), v["period"].as_u64())
