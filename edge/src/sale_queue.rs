@@ -92,11 +92,13 @@ pub struct SaleQueue {
 }
 
 /// Leaves (or listing items) asked of a shard at once, and the most one
-/// draw step merges: about 20 ms of Wasm at the coordinator per step
-/// (`cargo run --release -p edge --example freeze`), so requests queued
-/// behind a step wait little.
-const DRAW_PAGE: usize = 1_024;
-const DRAW_MAX_OUT: usize = 8_192;
+/// draw step merges. Small steps, because in `wrangler dev` every object
+/// shares one thread and polls queue behind whole steps: with 1,024 / 8,192
+/// the 200,000-entrant benchmark's slowest poll waited 2.5 s (45 of 2,206
+/// over 1 s), with 512 / 2,048 1.5 s (1 of 2,761), the draw done 20 s after
+/// the start either way (BENCHMARKS.md).
+const DRAW_PAGE: usize = 512;
+const DRAW_MAX_OUT: usize = 2_048;
 /// Entries one listing page gives at most.
 pub(crate) const LISTING_MAX: u64 = 512;
 
