@@ -115,6 +115,13 @@ pub struct Snapshot {
     pub abandoned: Vec<u64>,
 }
 
+impl Snapshot {
+    /// The draw's listing is written (the draw is over and immutable).
+    pub fn listed(&self) -> bool {
+        self.draw["listed"].as_bool() == Some(true)
+    }
+}
+
 /// The snapshot's service clock at wall time `now_ms` (see
 /// [`Snapshot::service_ms`]): it stands still while the frontier is frozen.
 pub fn service_at(s: &Snapshot, now_ms: u64) -> u64 {

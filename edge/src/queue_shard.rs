@@ -240,7 +240,7 @@ fn new_salt() -> (String, [u8; 16]) {
 /// A fresh salt and the leaf it gives `sub` (both hex).
 fn new_salt_for(sub: &str) -> (String, String) {
     let (hex_salt, salt) = new_salt();
-    (hex_salt, ::draw::to_hex(&::draw::leaf(sub, &salt)))
+    (hex_salt, draw::leaf_hex(sub, &salt))
 }
 
 /// A synthetic entrant's salt (DEV_MODE bulk hook only):
@@ -253,7 +253,7 @@ fn bulk_salt_for(sale: &str, sub: &str) -> (String, String) {
     let h = Sha256::digest(format!("fs-bulk-salt:{sale}:{sub}").as_bytes());
     let mut salt = [0u8; 16];
     salt.copy_from_slice(&h[..16]);
-    (hex::encode(salt), ::draw::to_hex(&::draw::leaf(sub, &salt)))
+    (hex::encode(salt), draw::leaf_hex(sub, &salt))
 }
 
 /// Leaves or ranked entries a page of `/leaves` or `/ranked` holds at most.
@@ -319,6 +319,19 @@ impl QueueShard {
 
     fn draw_begun(&self) -> bool {
         self.draw_state().is_some()
+    }
+
+    /// Freezes the pre-queue (the draw has begun: later joins are placed
+    /// after it), unless it is frozen already. No await before it in a
+    /// request or alarm that reads the set.
+    fn freeze(&self) -> ApiResult<()> {
+        if self.draw_begun() {
+            return Ok(());
+        }
+        self.set(
+            "draw",
+            serde_json::to_string(&DrawState::start()).unwrap_or_default(),
+        )
     }
 
     /// Settings from the caller (the Worker read them from the origin's
@@ -654,19 +667,14 @@ impl QueueShard {
     /// freeze time freezes the set itself (the alarm may be late).
     fn leaves(&self, url: &worker::Url) -> ApiResult<Value> {
         let (after, limit) = Self::page_of(url)?;
-        if !self.draw_begun() {
-            if now_ms() < self.starts_at().saturating_add(DRAW_GRACE_MS) {
-                return Err(ApiError::new(
-                    409,
-                    "not_frozen",
-                    "the entrant set is not frozen yet",
-                ));
-            }
-            self.set(
-                "draw",
-                serde_json::to_string(&DrawState::start()).unwrap_or_default(),
-            )?;
+        if !self.draw_begun() && now_ms() < self.starts_at().saturating_add(DRAW_GRACE_MS) {
+            return Err(ApiError::new(
+                409,
+                "not_frozen",
+                "the entrant set is not frozen yet",
+            ));
         }
+        self.freeze()?;
         let leaves: Vec<String> = self
             .sql()
             .exec(
@@ -797,10 +805,8 @@ impl QueueShard {
         if let DrawState::Done { .. } = state {
             return Ok(true);
         }
-        if self.meta.get("draw").is_none() {
-            // Freeze the entrant set before the first await.
-            self.set("draw", serde_json::to_string(&state).unwrap_or_default())?;
-        }
+        // Freeze the entrant set before the first await.
+        self.freeze()?;
         // The key needs the whole frozen set's root and the beacon: the
         // coordinator answers 409 until it has both.
         let key = match self.meta.get("key").and_then(|k| ::draw::from_hex(&k)) {

@@ -1003,7 +1003,7 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
         // The overview is immutable once listed (the Cache API keeps it for
         // good), and before that at most a second old: anyone may ask, and
         // the coordinator hears about once a second per location.
-        if snap.draw["listed"].as_bool() == Some(true) {
+        if snap.listed() {
             let id = format!("{sale}/{}/draw", snap.commitment);
             let v = immutable(&id, call_coordinator(env, sale, Method::Get, "/draw", None))
                 .await
@@ -1044,7 +1044,7 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
         .filter(|l| (1..=max).contains(l))
         .ok_or_else(bad)?;
     let snap = snapshot(env, sale).await?;
-    if snap.draw["listed"].as_bool() != Some(true) {
+    if !snap.listed() {
         return Err(ApiError::new(
             409,
             "not_drawn",
@@ -1069,11 +1069,11 @@ pub(crate) async fn receipt(env: &Env, req: &Request, sale: &str) -> ApiResult<R
     let ticket = bearer_of(req)?;
     let claims = ticket_claims(&*ring(env, "ADMISSION_TOKEN_KEYS")?, sale, &ticket)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
-    let snap = snapshot(env, sale).await?;
     if tkt.t_ms.is_some() {
         return Err(not_in_draw());
     }
-    if snap.draw["listed"].as_bool() != Some(true) {
+    let snap = snapshot(env, sale).await?;
+    if !snap.listed() {
         return Err(ApiError::new(
             409,
             "not_drawn",
