@@ -496,7 +496,9 @@ impl QueueShard {
                         t.as_str().into(),
                         (exp as f64).into(),
                         salt.as_str().into(),
-                        leaf.unwrap_or_default().as_str().into(),
+                        // NULL, not '', when the set is frozen: the entry
+                        // stays out of the draw it was not frozen into.
+                        leaf.as_deref().into(),
                         sub.as_str().into(),
                     ]),
                 )
