@@ -139,6 +139,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "settlement entries pending this long on a stopped or dead worker are taken over",
     },
     EnvVar {
+        name: "SETTLE_LINGER_MS",
+        default: Fallback::Value("50"),
+        secret: false,
+        meaning: "after a settlement round that found no full batch, wait this long so the next batches fill (fewer, larger Postgres transactions; adds at most this to the settlement lag)",
+    },
+    EnvVar {
         name: "ORIGIN_DEV_MODE",
         default: Fallback::Value("0"),
         secret: false,
@@ -254,6 +260,8 @@ pub struct Settings {
     pub reconcile_interval: Duration,
     /// Settlement entries pending this long on a consumer are taken over.
     pub settle_claim_idle: Duration,
+    /// The settler's pause after a round with no full batch (see `Settler::run`).
+    pub settle_linger: Duration,
     /// Reservation requests allowed in flight before the origin sheds (429).
     pub max_in_flight: usize,
     /// Where `/metrics` (and `/healthz`) are served apart from the API.
@@ -426,6 +434,21 @@ fn duration_ms(name: &'static str) -> Result<Duration, ConfigError> {
     positive::<u64>(name, "a positive number of milliseconds").map(Duration::from_millis)
 }
 
+/// 0 to `max` milliseconds (0 turns the pause off).
+fn ms_up_to(name: &'static str, max: u64) -> Result<Duration, ConfigError> {
+    let text = var_or_default(name);
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n <= max)
+        .map(Duration::from_millis)
+        .ok_or(ConfigError::Invalid {
+            var: name,
+            value: text,
+            why: format!("0 to {max} milliseconds"),
+        })
+}
+
 fn flag(name: &'static str) -> Result<bool, ConfigError> {
     match var_or_default(name).trim() {
         "1" | "true" => Ok(true),
@@ -530,6 +553,7 @@ impl Settings {
         let sweep_interval = keep(e, duration_ms("SWEEP_INTERVAL_MS"));
         let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
         let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
+        let settle_linger = keep(e, ms_up_to("SETTLE_LINGER_MS", 1_000));
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
         let auto_migrate = keep(e, auto_migrate());
         keep(e, log_format());
@@ -554,6 +578,7 @@ impl Settings {
             sweep_interval,
             reconcile_interval,
             settle_claim_idle,
+            settle_linger,
             dev_mode,
             auto_migrate,
             metrics_addr,
@@ -571,6 +596,7 @@ impl Settings {
                 Some(sweep_interval),
                 Some(reconcile_interval),
                 Some(settle_claim_idle),
+                Some(settle_linger),
                 Some(dev_mode),
                 Some(auto_migrate),
                 Some(metrics_addr),
@@ -586,6 +612,7 @@ impl Settings {
                 sweep_interval,
                 reconcile_interval,
                 settle_claim_idle,
+                settle_linger,
                 max_in_flight,
                 metrics_addr,
                 pg_pool_size,
@@ -748,6 +775,7 @@ mod tests {
             sweep_interval: Duration::from_secs(1),
             reconcile_interval: Duration::from_secs(1),
             settle_claim_idle: Duration::from_secs(1),
+            settle_linger: Duration::from_millis(50),
             max_in_flight: 1,
             metrics_addr: None,
             pg_pool_size: 1,

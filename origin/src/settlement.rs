@@ -52,6 +52,11 @@ pub struct SettleConfig {
     pub batch: usize,
     /// How long to wait for more entries when a round found none.
     pub idle_wait: Duration,
+    /// How long to wait when a round found entries but no full batch, so
+    /// the next round's batches fill: a Postgres transaction costs about
+    /// the same for 10 entries as for 200 (measured: 11 entries per batch
+    /// at 2,000 holds/s without it, Postgres then using a third of a core).
+    pub linger: Duration,
     /// Entries pending this long on another consumer are taken over.
     pub claim_idle: Duration,
     /// How often pending entries are looked for.
@@ -64,6 +69,7 @@ impl SettleConfig {
             consumer: consumer.into(),
             batch: 200,
             idle_wait: Duration::from_millis(20),
+            linger: Duration::from_millis(50),
             claim_idle: Duration::from_secs(30),
             claim_every: Duration::from_secs(5),
         }
@@ -506,6 +512,7 @@ impl Settler {
                 claimed = Instant::now();
             }
             let mut work = 0;
+            let mut full = false;
             let mut failed = false;
             'sales: for sale in &active {
                 // The shards of a sale settle concurrently: each has its own
@@ -519,7 +526,10 @@ impl Settler {
                 {
                     match r {
                         Ok(o) if o.died => return,
-                        Ok(o) => work += o.entries,
+                        Ok(o) => {
+                            work += o.entries;
+                            full |= o.entries >= self.cfg.batch;
+                        }
                         Err(e) => {
                             tracing::warn!(sale = %sale.config.id, shard, error = %e, ?backoff, "settlement batch failed; backing off");
                             failed = true;
@@ -535,8 +545,11 @@ impl Settler {
                 backoff = Duration::from_millis(50);
                 if work == 0 {
                     self.cfg.idle_wait
-                } else {
+                } else if full {
+                    // Behind: no pause until the backlog is gone.
                     Duration::ZERO
+                } else {
+                    self.cfg.linger
                 }
             };
             if !pause.is_zero() {

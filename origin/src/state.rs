@@ -96,6 +96,7 @@ impl AppState {
     pub fn settler(&self) -> Arc<Settler> {
         let mut cfg = SettleConfig::new(consumer_name());
         cfg.claim_idle = self.settings.settle_claim_idle;
+        cfg.linger = self.settings.settle_linger;
         Arc::new(Settler::new(
             self.engine.clone(),
             self.pool.clone(),

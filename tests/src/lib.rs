@@ -229,6 +229,7 @@ impl TestApp {
             sweep_interval: opts.sweep_interval,
             reconcile_interval: opts.reconcile_interval,
             settle_claim_idle: Duration::from_millis(500),
+            settle_linger: Duration::from_millis(50),
             max_in_flight: opts.max_in_flight,
             metrics_addr: None,
             pg_pool_size: 16,
