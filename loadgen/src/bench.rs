@@ -76,23 +76,47 @@ pub struct BenchOriginArgs {
 /// One request as scheduled: its index and when it was due.
 type Job = (u64, Instant);
 
+/// Open-loop latency at a fixed rate, printed as JSON.
+pub async fn bench_origin(a: BenchOriginArgs) -> anyhow::Result<()> {
+    crate::ensure_loopback(&a.origin)?;
+    let ring = admission_ring()?;
+    let point = open_loop(&a, &ring).await?;
+    println!("{}", serde_json::to_string(&point)?);
+    Ok(())
+}
+
+/// What one open-loop run measured.
+#[derive(serde::Serialize, Clone)]
+pub struct LatencyPoint {
+    target_rate: u64,
+    sent: u64,
+    answered: u64,
+    connections: usize,
+    probe: Option<String>,
+    achieved_rate: f64,
+    statuses: std::collections::BTreeMap<u16, u64>,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+}
+
 /// Open-loop latency at a fixed rate. Requests are due on a fixed schedule
 /// and latency counts from the due time, not from the send (no coordinated
 /// omission: a stall shows in every request it delays). The client is kept
 /// cheap, because it shares the two cores with the origin and Redis: raw
 /// hyper HTTP/1.1 on a fixed pool of persistent connections, no per-request
 /// task, no connection setup inside the measurement.
-pub async fn bench_origin(a: BenchOriginArgs) -> anyhow::Result<()> {
+async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<LatencyPoint> {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
 
-    crate::ensure_loopback(&a.origin)?;
     anyhow::ensure!(
         a.rate > 0 && a.rate <= 100_000 && a.seconds <= 120,
         "rate 1-100000, at most 120 s"
     );
     anyhow::ensure!((1..=1024).contains(&a.connections), "1-1024 connections");
-    let ring = admission_ring()?;
     let tokens: Arc<Vec<String>> = Arc::new(
         (0..a.accounts)
             .map(|i| {
@@ -177,30 +201,159 @@ pub async fn bench_origin(a: BenchOriginArgs) -> anyhow::Result<()> {
     }
     drop(job_tx);
     let mut hist = Histogram::<u64>::new(3)?;
-    let mut by_status = std::collections::BTreeMap::<u16, u64>::new();
+    let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
     let mut answered = 0u64;
     while let Some((status, us)) = done_rx.recv().await {
         hist.record(us.max(1))?;
-        *by_status.entry(status).or_default() += 1;
+        *statuses.entry(status).or_default() += 1;
         answered += 1;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    println!(
-        "{}",
-        json!({
-            "target_rate": a.rate,
-            "sent": total,
-            "answered": answered,
-            "connections": a.connections,
-            "probe": a.probe,
-            "achieved_rate": (answered as f64 / elapsed).round(),
-            "statuses": by_status,
-            "p50_ms": hist.value_at_quantile(0.50) as f64 / 1000.0,
-            "p90_ms": hist.value_at_quantile(0.90) as f64 / 1000.0,
-            "p99_ms": hist.value_at_quantile(0.99) as f64 / 1000.0,
-            "max_ms": hist.max() as f64 / 1000.0,
-        })
-    );
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(LatencyPoint {
+        target_rate: a.rate,
+        sent: total,
+        answered,
+        connections: a.connections,
+        probe: a.probe.clone(),
+        achieved_rate: (answered as f64 / elapsed).round(),
+        statuses,
+        p50_ms: ms(0.50),
+        p90_ms: ms(0.90),
+        p99_ms: ms(0.99),
+        p999_ms: ms(0.999),
+        max_ms: hist.max() as f64 / 1000.0,
+    })
+}
+
+#[derive(Args)]
+pub struct LatencyCurveArgs {
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    origin: String,
+    #[arg(long)]
+    sale: String,
+    /// Seconds at each rate.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    #[arg(long, default_value_t = 1000)]
+    accounts: usize,
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// The peak the fractions are taken of (req/s, e.g. wrk's saturated rate).
+    #[arg(long)]
+    peak: u64,
+    /// Points from 1/steps of the peak to the whole peak.
+    #[arg(long, default_value_t = 10)]
+    steps: u64,
+    /// The calibration route run at every rate too (the HTTP stack alone).
+    #[arg(long, default_value = "/healthz")]
+    baseline: String,
+    /// Where the SVG chart goes.
+    #[arg(long)]
+    svg: std::path::PathBuf,
+}
+
+/// p50/p99/p999 of reservations from 10 % to 100 % of the peak, each rate
+/// followed by the calibration route at the same rate with the same client;
+/// prints every point as JSON and draws them.
+pub async fn latency_curve(a: LatencyCurveArgs) -> anyhow::Result<()> {
+    crate::ensure_loopback(&a.origin)?;
+    anyhow::ensure!((1..=20).contains(&a.steps), "1-20 steps");
+    anyhow::ensure!(a.peak >= a.steps, "peak below the number of steps");
+    let ring = admission_ring()?;
+    let mut points = Vec::new();
+    for step in 1..=a.steps {
+        let rate = a.peak * step / a.steps;
+        let run = BenchOriginArgs {
+            origin: a.origin.clone(),
+            sale: a.sale.clone(),
+            rate,
+            seconds: a.seconds,
+            accounts: a.accounts,
+            connections: a.connections,
+            probe: None,
+        };
+        let product = open_loop(&run, &ring).await?;
+        let probe = BenchOriginArgs {
+            probe: Some(a.baseline.clone()),
+            ..run
+        };
+        let baseline = open_loop(&probe, &ring).await?;
+        eprintln!(
+            "  {rate}/s: reservations p50 {} p99 {} p999 {} ms; {} p99 {} ms",
+            product.p50_ms, product.p99_ms, product.p999_ms, a.baseline, baseline.p99_ms
+        );
+        points.push((step * 100 / a.steps, product, baseline));
+    }
+    draw_curve(&a.svg, a.peak, &a.baseline, &points)?;
+    let json: Vec<_> = points
+        .iter()
+        .map(|(pct, p, b)| json!({"percent_of_peak": pct, "reservations": p, "baseline": b}))
+        .collect();
+    println!("{}", serde_json::to_string(&json)?);
+    Ok(())
+}
+
+/// Latency (log scale) against offered rate: the product's three quantiles
+/// solid, the calibration route's p99 dashed.
+fn draw_curve(
+    path: &std::path::Path,
+    peak: u64,
+    baseline: &str,
+    points: &[(u64, LatencyPoint, LatencyPoint)],
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let top = points
+        .iter()
+        .map(|(_, p, b)| p.p999_ms.max(b.p99_ms))
+        .fold(1.0f64, f64::max)
+        * 1.5;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("origin POST /reservations, open loop (peak {peak}/s = 100 %)"),
+            ("sans-serif", 20),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0u64..105u64, (0.05f64..top).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("offered rate, % of the peak")
+        .y_desc("latency, ms (log)")
+        .draw()?;
+    let series: [(&str, RGBColor, fn(&LatencyPoint) -> f64); 3] = [
+        ("p50", BLUE, |p| p.p50_ms),
+        ("p99", RED, |p| p.p99_ms),
+        ("p999", BLACK, |p| p.p999_ms),
+    ];
+    for (name, color, value) in series {
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|(x, p, _)| (*x, value(p).max(0.05))),
+                color.stroke_width(2),
+            ))?
+            .label(format!("reservations {name}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .draw_series(DashedLineSeries::new(
+            points.iter().map(|(x, _, b)| (*x, b.p99_ms.max(0.05))),
+            6,
+            4,
+            GREEN.stroke_width(2),
+        ))?
+        .label(format!("{baseline} p99 (same client, same rate)"))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
     Ok(())
 }
 

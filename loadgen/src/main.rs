@@ -28,6 +28,9 @@ enum Command {
     /// Open-loop load on the origin's reservation endpoint at a fixed rate;
     /// prints achieved rate and latency percentiles as JSON.
     BenchOrigin(bench::BenchOriginArgs),
+    /// Reservation latency (p50/p99/p999) from 10 % to 100 % of a peak,
+    /// beside a calibration route at each rate; JSON and an SVG chart.
+    LatencyCurve(bench::LatencyCurveArgs),
     /// Settlement throughput, batched against row-at-a-time, in one run.
     BenchSettle(bench::BenchSettleArgs),
     /// Prints admit tokens (one per line) for load tools such as wrk.
@@ -57,6 +60,7 @@ async fn main() -> std::process::ExitCode {
     let r = match cli.command {
         Command::Sale(a) => sim::run(a).await,
         Command::BenchOrigin(a) => bench::bench_origin(a).await,
+        Command::LatencyCurve(a) => bench::latency_curve(a).await,
         Command::BenchSettle(a) => bench::bench_settle(a).await,
         Command::Tokens(a) => bench::tokens(a),
         Command::Compare(a) => edge_sim::compare(a),
