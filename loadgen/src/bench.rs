@@ -324,7 +324,8 @@ fn draw_curve(
         .x_desc("offered rate, % of the peak")
         .y_desc("latency, ms (log)")
         .draw()?;
-    let series: [(&str, RGBColor, fn(&LatencyPoint) -> f64); 3] = [
+    type Quantile = fn(&LatencyPoint) -> f64;
+    let series: [(&str, RGBColor, Quantile); 3] = [
         ("p50", BLUE, |p| p.p50_ms),
         ("p99", RED, |p| p.p99_ms),
         ("p999", BLACK, |p| p.p999_ms),
