@@ -50,23 +50,31 @@ pub fn tokens(a: TokensArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[derive(Args)]
-pub struct BenchOriginArgs {
+/// Where the open-loop client sends and with how many accounts and
+/// connections (shared by `bench-origin` and `latency-curve`).
+#[derive(Args, Clone)]
+pub struct Target {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     origin: String,
     #[arg(long)]
     sale: String,
-    /// Requests per second (open loop: sent on schedule, whatever the answers).
-    #[arg(long)]
-    rate: u64,
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
     /// Distinct accounts (tokens) to spread the requests over.
     #[arg(long, default_value_t = 1000)]
     accounts: usize,
     /// Persistent HTTP/1.1 connections (one request in flight on each).
     #[arg(long, default_value_t = 32)]
     connections: usize,
+}
+
+#[derive(Args)]
+pub struct BenchOriginArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Requests per second (open loop: sent on schedule, whatever the answers).
+    #[arg(long)]
+    rate: u64,
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
     /// Calibration: GET this path (e.g. /healthz) instead of reserving, to
     /// measure the client and the HTTP stack alone at the same rate.
     #[arg(long)]
@@ -78,7 +86,7 @@ type Job = (u64, Instant);
 
 /// Open-loop latency at a fixed rate, printed as JSON.
 pub async fn bench_origin(a: BenchOriginArgs) -> anyhow::Result<()> {
-    crate::ensure_loopback(&a.origin)?;
+    crate::ensure_loopback(&a.target.origin)?;
     let ring = admission_ring()?;
     let point = open_loop(&a, &ring).await?;
     println!("{}", serde_json::to_string(&point)?);
@@ -116,14 +124,17 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
         a.rate > 0 && a.rate <= 100_000 && a.seconds <= 120,
         "rate 1-100000, at most 120 s"
     );
-    anyhow::ensure!((1..=1024).contains(&a.connections), "1-1024 connections");
+    anyhow::ensure!(
+        (1..=1024).contains(&a.target.connections),
+        "1-1024 connections"
+    );
     let tokens: Arc<Vec<String>> = Arc::new(
-        (0..a.accounts)
+        (0..a.target.accounts)
             .map(|i| {
                 let claims = Claims::new(
                     TokenType::Admit,
                     format!("lat-{i}"),
-                    Some(a.sale.clone()),
+                    Some(a.target.sale.clone()),
                     now_secs(),
                     3600,
                 );
@@ -132,18 +143,19 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
             .collect(),
     );
     let authority = a
+        .target
         .origin
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_string();
-    let path = Arc::new(format!("/api/sales/{}/reservations", a.sale));
+    let path = Arc::new(format!("/api/sales/{}/reservations", a.target.sale));
     let run = Arc::new(uuid::Uuid::new_v4().simple().to_string());
     let total = a.rate * a.seconds;
     let (job_tx, job_rx) = tokio::sync::mpsc::channel::<Job>(total as usize + 1);
     let job_rx = Arc::new(tokio::sync::Mutex::new(job_rx));
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u16, u64)>();
     let mut workers = Vec::new();
-    for _ in 0..a.connections {
+    for _ in 0..a.target.connections {
         let stream = tokio::net::TcpStream::connect(&authority)
             .await
             .with_context(|| format!("connecting to {authority}"))?;
@@ -214,7 +226,7 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
         target_rate: a.rate,
         sent: total,
         answered,
-        connections: a.connections,
+        connections: a.target.connections,
         probe: a.probe.clone(),
         achieved_rate: (answered as f64 / elapsed).round(),
         statuses,
@@ -228,17 +240,11 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
 
 #[derive(Args)]
 pub struct LatencyCurveArgs {
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    origin: String,
-    #[arg(long)]
-    sale: String,
+    #[command(flatten)]
+    target: Target,
     /// Seconds at each rate.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    #[arg(long, default_value_t = 1000)]
-    accounts: usize,
-    #[arg(long, default_value_t = 32)]
-    connections: usize,
     /// The peak the fractions are taken of (req/s, e.g. wrk's saturated rate).
     #[arg(long)]
     peak: u64,
@@ -257,7 +263,7 @@ pub struct LatencyCurveArgs {
 /// followed by the calibration route at the same rate with the same client;
 /// prints every point as JSON and draws them.
 pub async fn latency_curve(a: LatencyCurveArgs) -> anyhow::Result<()> {
-    crate::ensure_loopback(&a.origin)?;
+    crate::ensure_loopback(&a.target.origin)?;
     anyhow::ensure!((1..=20).contains(&a.steps), "1-20 steps");
     anyhow::ensure!(a.peak >= a.steps, "peak below the number of steps");
     let ring = admission_ring()?;
@@ -265,12 +271,9 @@ pub async fn latency_curve(a: LatencyCurveArgs) -> anyhow::Result<()> {
     for step in 1..=a.steps {
         let rate = a.peak * step / a.steps;
         let run = BenchOriginArgs {
-            origin: a.origin.clone(),
-            sale: a.sale.clone(),
+            target: a.target.clone(),
             rate,
             seconds: a.seconds,
-            accounts: a.accounts,
-            connections: a.connections,
             probe: None,
         };
         let product = open_loop(&run, &ring).await?;
