@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod bodies;
 pub mod cli;
 pub mod configuration;
 pub mod db;

@@ -11,11 +11,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::payments::{self, Applied, ApplyError, Event, PaymentProvider};
+use crate::payments::{self, Applied, ApplyError, PaymentProvider};
 use crate::routes::reservations::find_owned;
 use crate::state::AppState;
 
@@ -245,9 +244,7 @@ pub async fn webhook(
             message: e.to_string(),
         }
     })?;
-    let event: Event = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request("malformed_event", format!("not a payment event: {e}"))
-    })?;
+    let event = crate::bodies::payment_event(&body)?;
     let sales = app.sales.clone();
     let applied = payments::apply_event(
         &app.pool,
@@ -271,16 +268,6 @@ pub async fn webhook(
     Ok(Json(json!({"received": true, "result": applied})))
 }
 
-#[derive(Deserialize)]
-pub struct Complete {
-    #[serde(default = "succeeded")]
-    outcome: String,
-}
-
-fn succeeded() -> String {
-    "succeeded".into()
-}
-
 /// Dev provider: completes a payment by posting a signed webhook to this
 /// origin over HTTP, as a real provider would. Exists only in dev mode.
 pub async fn dev_complete(
@@ -291,20 +278,7 @@ pub async fn dev_complete(
     if !app.settings.dev_mode {
         return Err(ApiError::not_found("not_found", "no such endpoint"));
     }
-    let c: Complete = if body.is_empty() {
-        Complete {
-            outcome: succeeded(),
-        }
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|_| ApiError::bad_request("malformed_json", "the body is not valid JSON"))?
-    };
-    if !matches!(c.outcome.as_str(), "succeeded" | "failed") {
-        return Err(ApiError::unprocessable(
-            "invalid_outcome",
-            "outcome is succeeded or failed",
-        ));
-    }
+    let outcome = crate::bodies::dev_outcome(&body)?;
     let amount: i64 = sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
         .bind(&payment_id)
         .fetch_optional(&app.pool)
@@ -318,7 +292,7 @@ pub async fn dev_complete(
     })?;
     let event = json!({
         "id": format!("evt_dev_{}", uuid::Uuid::new_v4().simple()),
-        "type": format!("payment.{}", c.outcome),
+        "type": format!("payment.{}", outcome.as_str()),
         "data": {"payment_id": payment_id, "amount_cents": amount},
     });
     let origin = format!("http://127.0.0.1:{}", app.port());

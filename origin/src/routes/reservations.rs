@@ -11,7 +11,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth;
@@ -20,11 +19,6 @@ use crate::load::Ended;
 use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
 use crate::state::AppState;
-
-#[derive(Deserialize)]
-struct ReserveBody {
-    qty: i64,
-}
 
 fn rfc3339_ms(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)
@@ -107,22 +101,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<&str, ApiError> {
         })
 }
 
-fn parse_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
-    let parsed: ReserveBody = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => {
-            ApiError::unprocessable("invalid_body", format!("body must be {{\"qty\": n}}: {e}"))
-        }
-        _ => ApiError::bad_request("malformed_json", "the body is not valid JSON"),
-    })?;
-    if parsed.qty < 1 || parsed.qty > i64::from(limit) {
-        return Err(ApiError::unprocessable(
-            "invalid_qty",
-            format!("qty must be between 1 and the per-user limit ({limit})"),
-        ));
-    }
-    Ok(parsed.qty)
-}
-
 async fn load_sale(app: &AppState, sale_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
     app.sales
         .get(sale_id)
@@ -140,7 +118,7 @@ async fn create_inner(
     let cfg = &sale.config;
     let claims = auth::admit_for_sale(&app.admission_keys, headers, &cfg.id)?;
     let key = idempotency_key(headers)?;
-    let qty = parse_qty(body, cfg.per_user_limit)?;
+    let qty = crate::bodies::reservation_qty(body, cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
         Phase::Upcoming => {
             return Err(ApiError::conflict(
