@@ -5,7 +5,7 @@
 //! sale summary and the sold-out flag, and forwards admitted requests to
 //! the origin.
 //!
-//! Layout: the pure modules ([`api`], [`botcheck`], [`config`], [`control`],
+//! Layout: the pure modules ([`api`], [`bodies`], [`botcheck`], [`config`], [`control`],
 //! [`draw`], [`draw_phases`], [`freeze`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
 //! [`shard_draw`], [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
@@ -14,6 +14,7 @@
 //! panic.
 
 pub mod api;
+pub mod bodies;
 pub mod botcheck;
 pub mod config;
 pub mod control;
