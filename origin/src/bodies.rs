@@ -44,10 +44,13 @@ fn read<T: DeserializeOwned>(body: &[u8], shape_ok: fn(&Value) -> bool) -> Resul
     serde_json::from_str(text).map_err(|e| Shape::Wrong(e.to_string()))
 }
 
-#[derive(Deserialize)]
-struct ReserveBody {
-    /// Any JSON number: its range is checked apart from its type, so a
-    /// qty too large for an `i64` is `invalid_qty` like any other.
+/// A reservation's body.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct ReserveBody {
+    /// Units to hold: 1 to the sale's per-user limit. Read as any JSON
+    /// number, so a qty too large for an `i64` is `invalid_qty` like any
+    /// other out of range, and a fraction `invalid_body`.
+    #[schema(value_type = i64, minimum = 1)]
     qty: serde_json::Number,
 }
 
@@ -113,8 +116,11 @@ impl DevOutcome {
     }
 }
 
-#[derive(Deserialize)]
-struct Complete {
+/// The dev provider's body.
+#[derive(Deserialize, utoipa::ToSchema)]
+pub struct DevComplete {
+    /// `succeeded` (the default) or `failed`.
+    #[schema(pattern = "^(succeeded|failed)$")]
     outcome: Option<String>,
 }
 
@@ -127,7 +133,7 @@ pub fn dev_outcome(body: &[u8]) -> Result<DevOutcome, ApiError> {
     }
     // `null` is not "no outcome": a client that sends it means something.
     let shape_ok = |v: &Value| v.is_object() && v.get("outcome").is_none_or(Value::is_string);
-    let c: Complete = read(body, shape_ok).map_err(|e| match e {
+    let c: DevComplete = read(body, shape_ok).map_err(|e| match e {
         Shape::NotJson => ApiError::bad_request("malformed_json", "the body is not valid JSON"),
         Shape::Wrong(why) => ApiError::unprocessable(
             "invalid_body",

@@ -10,6 +10,7 @@ pub mod configuration;
 pub mod db;
 pub mod error;
 pub mod load;
+pub mod openapi;
 pub mod outbox;
 pub mod payments;
 pub mod reconcile;

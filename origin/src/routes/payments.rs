@@ -35,6 +35,30 @@ fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
     })
 }
 
+/// Starts the payment of a settled reservation (a repeat answers the same
+/// payment).
+#[utoipa::path(
+    post,
+    path = "/api/reservations/{id}/purchase",
+    tag = "reservations",
+    params(
+        ("id" = String, Path, description = "The reservation id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "optional; 1-200 visible ASCII characters", pattern = "^[!-~]{1,200}$"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Payment started", body = crate::openapi::Payment),
+        (status = 200, description = "The payment already under way (a repeat)", body = crate::openapi::Payment),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`reservation_not_payable`", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`reservation_expired`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn purchase(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -202,6 +226,22 @@ fn secrets(app: &AppState) -> Vec<String> {
 /// bytes, and every byte accepted is hashed once per secret.
 pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
 
+/// The payment provider's event (signed; applied once per event id).
+#[utoipa::path(
+    post,
+    path = "/webhooks/payments",
+    tag = "payments",
+    request_body(content = crate::payments::Event, content_type = "application/json"),
+    security(("payment_signature" = [])),
+    responses(
+        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::openapi::WebhookAnswer),
+        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn webhook(
     State(app): State<AppState>,
     request: Request,
@@ -270,6 +310,22 @@ pub async fn webhook(
 
 /// Dev provider: completes a payment by posting a signed webhook to this
 /// origin over HTTP, as a real provider would. Exists only in dev mode.
+/// Dev mode only (`ORIGIN_DEV_MODE=1`; else 404): the dev provider
+/// completes a payment by posting a signed webhook to this origin.
+#[utoipa::path(
+    post,
+    path = "/api/dev/payments/{id}/complete",
+    tag = "payments",
+    params(("id" = String, Path, description = "The payment id")),
+    request_body(content = Option<crate::bodies::DevComplete>, content_type = "application/json", description = "optional: no body is `succeeded`"),
+    responses(
+        (status = 200, description = "What the webhook answered", body = crate::openapi::DevCompleteAnswer),
+        (status = 400, description = "`malformed_json`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn dev_complete(
     State(app): State<AppState>,
     Path(payment_id): Path<String>,

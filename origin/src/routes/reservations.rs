@@ -26,6 +26,31 @@ fn rfc3339_ms(ms: u64) -> String {
         .to_rfc3339()
 }
 
+/// Holds `qty` units for the admit token's account (the one way to buy).
+#[utoipa::path(
+    post,
+    path = "/api/sales/{sale}/reservations",
+    tag = "reservations",
+    params(
+        ("sale" = String, Path, description = "The sale id", example = "drop-1"),
+        ("Idempotency-Key" = String, Header, description = "1-200 visible ASCII characters; one key is one request: a replay answers the same", pattern = "^[!-~]{1,200}$"),
+    ),
+    request_body(content = crate::bodies::ReserveBody, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::openapi::Reservation,
+            headers(("Location" = String, description = "/api/reservations/{id}"), ("x-origin-load" = String, description = "the load signal"))),
+        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`sale_not_found`", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn create(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
@@ -251,6 +276,21 @@ pub(crate) async fn find_owned(
     Ok(Found { sale, live, row })
 }
 
+/// A reservation, for its account only.
+#[utoipa::path(
+    get,
+    path = "/api/reservations/{id}",
+    tag = "reservations",
+    params(("id" = String, Path, description = "The reservation id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::openapi::Reservation),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn show(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -277,6 +317,22 @@ pub async fn show(
     })))
 }
 
+/// Cancels a held reservation (its units are back on sale at once).
+#[utoipa::path(
+    delete,
+    path = "/api/reservations/{id}",
+    tag = "reservations",
+    params(("id" = String, Path, description = "The reservation id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Cancelled", body = crate::openapi::Cancelled),
+        (status = 409, description = "`reservation_not_held`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn cancel(
     State(app): State<AppState>,
     Path(id): Path<String>,
