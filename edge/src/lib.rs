@@ -24,6 +24,9 @@ pub mod freeze;
 pub mod frontier;
 pub mod limit;
 pub mod metrics;
+/// Host only: the OpenAPI document of the routes (docs/openapi/edge.json).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod openapi;
 pub mod places;
 pub mod queue;
 pub mod shard_draw;
