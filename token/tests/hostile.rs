@@ -199,7 +199,7 @@ proptest! {
             Err(TokenError::Malformed)
         } else if kid != Some("a") {
             Err(TokenError::UnknownKid)
-        } else if !sub.as_str().is_some_and(|s| !s.is_empty()) {
+        } else if sub.as_str().is_none_or(|s| s.is_empty()) {
             Err(TokenError::Malformed)
         } else if NOW as i64 > exp + skew {
             Err(TokenError::Expired)
