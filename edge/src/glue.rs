@@ -19,7 +19,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 use worker::{
@@ -302,26 +301,12 @@ async fn turnstile_sale(env: &Env, sale: &str) -> bool {
     v["bot_check"].as_str() == Some("turnstile")
 }
 
-#[derive(Deserialize)]
-struct DevTokenBody {
-    name: String,
-}
-
 /// Dev mode only: a `user` token for a typed name (the shop's login in
 /// production).
 async fn dev_token(env: &Env, mut req: Request) -> ApiResult<Response> {
-    let body: DevTokenBody = req
-        .json()
-        .await
-        .map_err(|_| ApiError::new(400, "malformed_json", "body must be {\"name\": \"...\"}"))?;
-    let name = body.name.trim();
-    if !api::valid_id(name) {
-        return Err(ApiError::new(
-            422,
-            "invalid_name",
-            "name: 1-64 letters, digits, - or _",
-        ));
-    }
+    let body = req.bytes().await.map_err(internal)?;
+    let name = crate::bodies::dev_token_name(&body)?;
+    let name = name.as_str();
     let ring = ring(env, "USER_TOKEN_KEYS")?;
     let claims = Claims::new(TokenType::User, name, None, now_ms() / 1000, 12 * 3600);
     json_response(

@@ -5,7 +5,7 @@
 //! sale summary and the sold-out flag, and forwards admitted requests to
 //! the origin.
 //!
-//! Layout: the pure modules ([`api`], [`botcheck`], [`config`], [`control`],
+//! Layout: the pure modules ([`api`], [`bodies`], [`botcheck`], [`config`], [`control`],
 //! [`draw`], [`draw_phases`], [`freeze`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
 //! [`shard_draw`], [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
 //! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
@@ -14,6 +14,7 @@
 //! panic.
 
 pub mod api;
+pub mod bodies;
 pub mod botcheck;
 pub mod config;
 pub mod control;
@@ -23,6 +24,9 @@ pub mod freeze;
 pub mod frontier;
 pub mod limit;
 pub mod metrics;
+/// Host only: the OpenAPI document of the routes (docs/openapi/edge.json).
+#[cfg(not(target_arch = "wasm32"))]
+pub mod openapi;
 pub mod places;
 pub mod queue;
 pub mod shard_draw;

@@ -46,8 +46,8 @@ use crate::queue::{self, TICKET_TTL_SECS};
 use crate::shard_draw::{self, DrawState, DrawStore, Limits};
 use crate::shards;
 
-/// Joins loaded by one bulk call at most (DEV_MODE hook).
-const BULK_MAX: u64 = 50_000;
+/// Joins loaded by one bulk call at most (DEV_MODE hook): the edge's own check.
+use crate::bodies::BULK_MAX;
 /// The draw begins this long after the start, so that a join pressed just
 /// before the start and still on its way from the Worker lands in the
 /// pre-queue it belongs to (its arrival is stamped when it reached the

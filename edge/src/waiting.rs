@@ -58,8 +58,6 @@ const SNAPSHOT_STALE_MS: u64 = 60_000;
 const MAX_SALES: usize = 1_024;
 const MAX_BUCKETS: usize = 4_096;
 const MAX_JOINED: usize = 100_000;
-/// Entrants one bulk call may load (DEV_MODE hook).
-const BULK_MAX: u64 = 50_000;
 /// Immutable pieces stay in the Cache API this long.
 const IMMUTABLE_SECS: u32 = 86_400;
 
@@ -400,7 +398,7 @@ async fn check_bot(
         return Ok(None);
     }
     let body = req.bytes().await.unwrap_or_default();
-    let proof = botcheck::parse_body(&body).map_err(botcheck::Refusal::error)?;
+    let proof = crate::bodies::join(&body)?;
     let BotCheck::Pow(bits) = check else {
         turnstile(env, req, &proof).await?;
         return Ok(None);
@@ -1138,30 +1136,11 @@ pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
 
 // ------------------------------------------------------------- dev hook
 
-#[derive(Deserialize)]
-struct BulkReq {
-    prefix: String,
-    from: u64,
-    to: u64,
-}
-
 /// DEV_MODE only (the router checks): loads synthetic pre-queue entrants
 /// `prefix-i`, `i` in `from..to`, into the sale's shards.
 pub(crate) async fn bulk(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
-    let b: BulkReq = req.json().await.map_err(|_| {
-        ApiError::new(
-            400,
-            "malformed_json",
-            "body must be {\"prefix\", \"from\", \"to\"}",
-        )
-    })?;
-    if b.to < b.from || b.to - b.from > BULK_MAX || !crate::api::valid_id(&b.prefix) {
-        return Err(ApiError::new(
-            422,
-            "bad_request",
-            format!("a valid prefix and at most {BULK_MAX} entrants per call"),
-        ));
-    }
+    let body = req.bytes().await.map_err(internal)?;
+    let b = crate::bodies::dev_bulk(&body)?;
     let cfg = sale_cfg(env, sale).await?;
     let mut added = 0u64;
     for k in 0..cfg.shards {

@@ -60,6 +60,9 @@ pub enum Command {
     /// Independent checks of what the edge publishes.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Prints the HTTP API's OpenAPI 3.1 document (docs/openapi/origin.json
+    /// is this output, checked by a test).
+    Openapi,
     /// Exits 0 if this host's origin answers GET /readyz with 200, else 1
     /// (the container image's HEALTHCHECK: the image has no shell or curl).
     Healthcheck {
@@ -272,6 +275,10 @@ pub enum TokenCommand {
 /// Runs a parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Openapi => {
+            print!("{}", crate::openapi::json());
+            Ok(())
+        }
         Command::Serve(args) => {
             telemetry::init_tracing("info,sqlx=warn");
             let settings = Settings::from_env()?;

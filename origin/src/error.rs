@@ -2,7 +2,9 @@
 //!
 //! Every error answers `{"error": {"code", "message"}}` with its status;
 //! 5xx bodies never carry internals (those are logged instead), and 429/503
-//! always carry `Retry-After`.
+//! always carry `Retry-After`. Every `code` the origin answers is in
+//! [`ERROR_CODES`], which the OpenAPI document publishes as an enum (a debug
+//! build checks each answer against it, so a new code cannot be missed).
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -10,6 +12,61 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use token::TokenError;
 
+/// Every error `code` the origin's API can answer, for the OpenAPI document
+/// (`crate::openapi`). The token codes are `token::TokenError::code()`'s,
+/// the signature codes `crate::payments::SignatureError::code()`'s.
+pub const ERROR_CODES: &[&str] = &[
+    "amount_mismatch",
+    "body_too_large",
+    "database_unavailable",
+    "forbidden",
+    "idempotency_key_invalid",
+    "idempotency_key_missing",
+    "idempotency_key_reused",
+    "internal",
+    "invalid_body",
+    "invalid_outcome",
+    "invalid_qty",
+    "malformed_body",
+    "malformed_event",
+    "malformed_json",
+    "not_found",
+    "not_ready",
+    "overloaded",
+    "payment_not_found",
+    "per_user_limit",
+    "redis_unavailable",
+    "reservation_expired",
+    "reservation_not_found",
+    "reservation_not_held",
+    "reservation_not_payable",
+    "reservation_released",
+    "reservation_settling",
+    "sale_ended",
+    "sale_not_found",
+    "sale_not_started",
+    "sale_unavailable",
+    "signature_malformed",
+    "signature_mismatch",
+    "signature_missing",
+    "signature_stale",
+    "sold_out",
+    "summary_unavailable",
+    "token_alg_refused",
+    "token_bad_signature",
+    "token_expired",
+    "token_malformed",
+    "token_missing",
+    "token_not_yet_valid",
+    "token_unknown_kid",
+    "token_wrong_sale",
+    "token_wrong_type",
+    "unknown_event_type",
+    "unknown_payment",
+    "webhook_not_configured",
+];
+
+/// An error answer of the API: its status, `code` and message.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("an Authorization: Bearer token is required")]
@@ -148,6 +205,11 @@ impl From<sqlx::Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        debug_assert!(
+            ERROR_CODES.contains(&self.code()),
+            "error code {:?} is missing from ERROR_CODES (and so from the OpenAPI document)",
+            self.code()
+        );
         let message = match &self {
             ApiError::Internal(e) => {
                 tracing::error!(error = ?e, "internal error");
@@ -167,5 +229,38 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_token_and_signature_code_is_listed() {
+        use crate::payments::SignatureError as S;
+        use token::TokenError as T;
+        let token = [
+            T::Malformed,
+            T::UnknownKid,
+            T::BadSignature,
+            T::WrongType,
+            T::WrongSale,
+            T::Expired,
+            T::NotYetValid,
+            T::AlgRefused,
+        ];
+        let signature = [S::Missing, S::Malformed, S::Stale, S::Mismatch];
+        for code in token
+            .iter()
+            .map(|t| t.code())
+            .chain(signature.iter().map(|s| s.code()))
+        {
+            assert!(ERROR_CODES.contains(&code), "{code}");
+        }
+        assert!(
+            ERROR_CODES.is_sorted(),
+            "kept sorted, so a reader finds a code"
+        );
     }
 }

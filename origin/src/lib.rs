@@ -4,11 +4,13 @@
 
 pub mod audit;
 pub mod auth;
+pub mod bodies;
 pub mod cli;
 pub mod configuration;
 pub mod db;
 pub mod error;
 pub mod load;
+pub mod openapi;
 pub mod outbox;
 pub mod payments;
 pub mod reconcile;

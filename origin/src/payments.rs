@@ -197,15 +197,18 @@ pub async fn post_webhook(
 }
 
 /// A provider event, as the webhook carries it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct Event {
+    /// The provider's event id (applied once).
     pub id: String,
+    /// `payment.succeeded` or `payment.failed` (else `unknown_event_type`).
     #[serde(rename = "type")]
     pub kind: String,
     pub data: EventData,
 }
 
-#[derive(Debug, Deserialize)]
+/// The payment an event is about.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct EventData {
     pub payment_id: String,
     pub amount_cents: i64,

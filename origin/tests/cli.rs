@@ -87,6 +87,23 @@ fn the_readme_table_is_the_generated_one() {
 }
 
 #[test]
+fn the_committed_openapi_document_is_the_generated_one() {
+    // docs/openapi/origin.json is what scripts/test-api runs schemathesis
+    // with, and what clients read: it must be the code's, byte for byte.
+    let out = origin(&["openapi"], &[]);
+    assert!(out.status.success());
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let committed =
+        std::fs::read_to_string(tests::repo_root().join("docs/openapi/origin.json")).unwrap();
+    assert!(
+        generated == committed,
+        "docs/openapi/origin.json is stale: `origin openapi > docs/openapi/origin.json`"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+}
+
+#[test]
 fn config_check_lists_every_problem_and_prints_no_secret() {
     let user = ring_env("usr1");
     let shared = ring_env("adm1");

@@ -379,6 +379,10 @@ async fn bad_input_gets_its_status_and_changes_nothing() {
             "malformed_json",
         ),
         ("bad", Some(&good), Some("k"), "", 400, "malformed_json"),
+        // Issue 17's defects, through HTTP: a JSON array was a body of
+        // fields by position, and non-JSON bytes were invalid_body.
+        ("bad", Some(&good), Some("k"), "[1]", 422, "invalid_body"),
+        ("bad", Some(&good), Some("k"), "0:", 400, "malformed_json"),
         (
             "bad",
             Some(&good),

@@ -12,12 +12,21 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// Liveness: no dependencies.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Alive", body = crate::openapi::Alive)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
 const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Readiness: Redis and Postgres, each checked; a 503 names the one down.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = crate::openapi::Ready),
+        (status = 503, description = "`not_ready`", body = crate::openapi::NotReady, headers(("Retry-After" = u32, description = "seconds"))),
+    ))]
 pub async fn readyz(State(app): State<AppState>) -> Response {
     let mut conn = app.engine.conn.clone();
     let redis_ok = tokio::time::timeout(
@@ -56,6 +65,9 @@ pub async fn readyz(State(app): State<AppState>) -> Response {
     res
 }
 
+/// Prometheus metrics (here unless `ORIGIN_METRICS_ADDR` serves them apart).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(app): State<AppState>) -> Response {
     prometheus_text(app.metrics.render())
 }

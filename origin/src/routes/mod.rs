@@ -1,9 +1,9 @@
 //! HTTP routes. `router(state)` is the whole API surface of the origin.
 
-mod health;
-mod payments;
+pub(crate) mod health;
+pub(crate) mod payments;
 pub(crate) mod reservations;
-mod sales;
+pub(crate) mod sales;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;

@@ -11,11 +11,10 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::payments::{self, Applied, ApplyError, Event, PaymentProvider};
+use crate::payments::{self, Applied, ApplyError, PaymentProvider};
 use crate::routes::reservations::find_owned;
 use crate::state::AppState;
 
@@ -36,6 +35,30 @@ fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
     })
 }
 
+/// Starts the payment of a settled reservation (a repeat answers the same
+/// payment).
+#[utoipa::path(
+    post,
+    path = "/api/reservations/{id}/purchase",
+    tag = "reservations",
+    params(
+        ("id" = String, Path, description = "The reservation id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "optional; 1-200 visible ASCII characters", pattern = "^[!-~]{1,200}$"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Payment started", body = crate::openapi::Payment),
+        (status = 200, description = "The payment already under way (a repeat)", body = crate::openapi::Payment),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`reservation_not_payable`", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`reservation_expired`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn purchase(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -203,6 +226,22 @@ fn secrets(app: &AppState) -> Vec<String> {
 /// bytes, and every byte accepted is hashed once per secret.
 pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
 
+/// The payment provider's event (signed; applied once per event id).
+#[utoipa::path(
+    post,
+    path = "/webhooks/payments",
+    tag = "payments",
+    request_body(content = crate::payments::Event, content_type = "application/json"),
+    security(("payment_signature" = [])),
+    responses(
+        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::openapi::WebhookAnswer),
+        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::openapi::ErrorBody),
+        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn webhook(
     State(app): State<AppState>,
     request: Request,
@@ -245,9 +284,7 @@ pub async fn webhook(
             message: e.to_string(),
         }
     })?;
-    let event: Event = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request("malformed_event", format!("not a payment event: {e}"))
-    })?;
+    let event = crate::bodies::payment_event(&body)?;
     let sales = app.sales.clone();
     let applied = payments::apply_event(
         &app.pool,
@@ -271,18 +308,24 @@ pub async fn webhook(
     Ok(Json(json!({"received": true, "result": applied})))
 }
 
-#[derive(Deserialize)]
-pub struct Complete {
-    #[serde(default = "succeeded")]
-    outcome: String,
-}
-
-fn succeeded() -> String {
-    "succeeded".into()
-}
-
 /// Dev provider: completes a payment by posting a signed webhook to this
 /// origin over HTTP, as a real provider would. Exists only in dev mode.
+/// Dev mode only (`ORIGIN_DEV_MODE=1`; else 404): the dev provider
+/// completes a payment by posting a signed webhook to this origin.
+#[utoipa::path(
+    post,
+    path = "/api/dev/payments/{id}/complete",
+    tag = "payments",
+    params(("id" = String, Path, description = "The payment id")),
+    request_body(content = Option<crate::bodies::DevComplete>, content_type = "application/json", description = "optional: no body is `succeeded`"),
+    responses(
+        (status = 200, description = "What the webhook answered", body = crate::openapi::DevCompleteAnswer),
+        (status = 400, description = "`malformed_json`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn dev_complete(
     State(app): State<AppState>,
     Path(payment_id): Path<String>,
@@ -291,20 +334,7 @@ pub async fn dev_complete(
     if !app.settings.dev_mode {
         return Err(ApiError::not_found("not_found", "no such endpoint"));
     }
-    let c: Complete = if body.is_empty() {
-        Complete {
-            outcome: succeeded(),
-        }
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|_| ApiError::bad_request("malformed_json", "the body is not valid JSON"))?
-    };
-    if !matches!(c.outcome.as_str(), "succeeded" | "failed") {
-        return Err(ApiError::unprocessable(
-            "invalid_outcome",
-            "outcome is succeeded or failed",
-        ));
-    }
+    let outcome = crate::bodies::dev_outcome(&body)?;
     let amount: i64 = sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
         .bind(&payment_id)
         .fetch_optional(&app.pool)
@@ -318,7 +348,7 @@ pub async fn dev_complete(
     })?;
     let event = json!({
         "id": format!("evt_dev_{}", uuid::Uuid::new_v4().simple()),
-        "type": format!("payment.{}", c.outcome),
+        "type": format!("payment.{}", outcome.as_str()),
         "data": {"payment_id": payment_id, "amount_cents": amount},
     });
     let origin = format!("http://127.0.0.1:{}", app.port());

@@ -11,7 +11,6 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth;
@@ -21,17 +20,37 @@ use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
 use crate::state::AppState;
 
-#[derive(Deserialize)]
-struct ReserveBody {
-    qty: i64,
-}
-
 fn rfc3339_ms(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)
         .unwrap_or_default()
         .to_rfc3339()
 }
 
+/// Holds `qty` units for the admit token's account (the one way to buy).
+#[utoipa::path(
+    post,
+    path = "/api/sales/{sale}/reservations",
+    tag = "reservations",
+    params(
+        ("sale" = String, Path, description = "The sale id", example = "drop-1"),
+        ("Idempotency-Key" = String, Header, description = "1-200 visible ASCII characters; one key is one request: a replay answers the same", pattern = "^[!-~]{1,200}$"),
+    ),
+    request_body(content = crate::bodies::ReserveBody, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::openapi::Reservation,
+            headers(("Location" = String, description = "/api/reservations/{id}"), ("x-origin-load" = String, description = "the load signal"))),
+        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`sale_not_found`", body = crate::openapi::ErrorBody),
+        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::openapi::ErrorBody),
+        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::openapi::ErrorBody),
+        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn create(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
@@ -107,22 +126,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<&str, ApiError> {
         })
 }
 
-fn parse_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
-    let parsed: ReserveBody = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => {
-            ApiError::unprocessable("invalid_body", format!("body must be {{\"qty\": n}}: {e}"))
-        }
-        _ => ApiError::bad_request("malformed_json", "the body is not valid JSON"),
-    })?;
-    if parsed.qty < 1 || parsed.qty > i64::from(limit) {
-        return Err(ApiError::unprocessable(
-            "invalid_qty",
-            format!("qty must be between 1 and the per-user limit ({limit})"),
-        ));
-    }
-    Ok(parsed.qty)
-}
-
 async fn load_sale(app: &AppState, sale_id: &str) -> Result<std::sync::Arc<Sale>, ApiError> {
     app.sales
         .get(sale_id)
@@ -140,7 +143,7 @@ async fn create_inner(
     let cfg = &sale.config;
     let claims = auth::admit_for_sale(&app.admission_keys, headers, &cfg.id)?;
     let key = idempotency_key(headers)?;
-    let qty = parse_qty(body, cfg.per_user_limit)?;
+    let qty = crate::bodies::reservation_qty(body, cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
         Phase::Upcoming => {
             return Err(ApiError::conflict(
@@ -273,6 +276,21 @@ pub(crate) async fn find_owned(
     Ok(Found { sale, live, row })
 }
 
+/// A reservation, for its account only.
+#[utoipa::path(
+    get,
+    path = "/api/reservations/{id}",
+    tag = "reservations",
+    params(("id" = String, Path, description = "The reservation id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::openapi::Reservation),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn show(
     State(app): State<AppState>,
     Path(id): Path<String>,
@@ -299,6 +317,22 @@ pub async fn show(
     })))
 }
 
+/// Cancels a held reservation (its units are back on sale at once).
+#[utoipa::path(
+    delete,
+    path = "/api/reservations/{id}",
+    tag = "reservations",
+    params(("id" = String, Path, description = "The reservation id")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Cancelled", body = crate::openapi::Cancelled),
+        (status = 409, description = "`reservation_not_held`", body = crate::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn cancel(
     State(app): State<AppState>,
     Path(id): Path<String>,

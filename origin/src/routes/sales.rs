@@ -48,6 +48,18 @@ async fn sold_units(app: &AppState, sale: &str) -> (i64, bool) {
     }
 }
 
+/// The sale summary.
+#[utoipa::path(
+    get,
+    path = "/api/sales/{sale}",
+    tag = "sales",
+    params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
+    responses(
+        (status = 200, description = "The summary (at most 1 s old)", body = crate::openapi::SaleSummary),
+        (status = 404, description = "`sale_not_found`", body = crate::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
 pub async fn summary(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
