@@ -105,7 +105,7 @@ pub fn dev_bulk(body: &[u8]) -> Result<Bulk, ApiError> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     //! Hostile input, 10^5 cases a property: arbitrary bytes, arbitrary
     //! JSON and valid bodies with one byte changed; the oracle for JSON
