@@ -192,24 +192,12 @@ pub struct Payment {
     checkout_url: String,
 }
 
-/// What applying a payment event did.
-#[derive(ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum Applied {
-    Paid,
-    RefundRequired,
-    Failed,
-    Duplicate,
-    Ignored,
-}
-
 /// The webhook's answer.
 #[derive(ToSchema)]
 #[allow(dead_code)]
 pub struct WebhookAnswer {
     received: bool,
-    result: Applied,
+    result: crate::payments::Applied,
 }
 
 /// The dev provider's answer: what the origin's own webhook said.

@@ -214,8 +214,8 @@ pub struct EventData {
     pub amount_cents: i64,
 }
 
-/// What applying an event did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// What applying a payment event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Applied {
     Paid,
