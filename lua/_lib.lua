@@ -1,6 +1,7 @@
 -- _lib.lua — helpers shared by the shard scripts. The origin prepends this
--- file to reserve.lua, take.lua, release.lua, sweep.lua and confirm.lua when it loads
--- them, so every script stays one EVALSHA on one hash slot.
+-- file to reserve.lua, take.lua, release.lua, sweep.lua, confirm.lua, observe.lua
+-- and reconcile.lua when it loads them, so every script stays one EVALSHA on
+-- one hash slot.
 --
 -- Shard KEYS layout (all under one hash tag, so one cluster slot):
 --   1 stock    string  units still for sale on this shard
@@ -25,6 +26,21 @@
 -- Time: every script reads the clock of the Redis it runs on (`TIME`), never
 -- the caller's, so several origins with skewed clocks agree on when a hold
 -- expires (Redis 5+ replicates scripts by effects, so TIME is allowed).
+
+-- The id of the last entry ever appended to a stream ("0-0" if none): a
+-- shard's version. Every unit that moves writes a record in the same
+-- script, so an unchanged version means nothing moved (observe.lua).
+local function stream_version(key)
+  local info = redis.pcall('XINFO', 'STREAM', key)
+  if type(info) == 'table' and not info.err then
+    for i = 1, #info, 2 do
+      if info[i] == 'last-generated-id' then
+        return info[i + 1]
+      end
+    end
+  end
+  return '0-0'
+end
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -6,10 +6,20 @@
 //! pending_payment, paid). The reconciler compares that with Redis once the
 //! shard's stream is drained, reports the drift (metric + log line) and
 //! repairs the stock with reconcile.lua, which refuses if the stream is not
-//! drained or the stock moved since it was read: it never "repairs" from a
+//! drained or the shard moved since it was read: it never "repairs" from a
 //! Postgres that is behind. When the hold records themselves disagree
 //! (Redis holds ≠ Postgres live reservations), it reports and leaves the
 //! shard alone: that needs an operator, not arithmetic.
+//!
+//! A round costs Redis and this process a bounded amount of work per step,
+//! whatever the number of holds: hold records are read with `HSCAN` in
+//! chunks, never as one reply. A scan is not a snapshot, so a shard is
+//! compared only between two equal *versions* (observe.lua: the id of the
+//! last record appended to the shard's stream, which every unit that moves
+//! appends to in the same script): observe, read Postgres, scan, observe
+//! again; if the version moved, the shard is busy and is left for the next
+//! round. reconcile.lua repairs only at the version compared, so a hold that
+//! came and went (leaving the stock as it was read) cannot slip past it.
 //!
 //! Each hold's `paid` state in Redis is also compared with its reservation
 //! in Postgres (a crash between the payment saga's confirm and its commit
@@ -36,6 +46,7 @@ use crate::payments::{self, Alignment};
 use crate::reservations::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
 use crate::sales::{Sale, SaleRegistry, shard_units};
 use crate::settlement;
+use crate::store::ShardKeys;
 
 /// What reconciling one sale found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -60,21 +71,144 @@ pub struct Report {
     pub aligned: Vec<String>,
 }
 
-#[derive(sqlx::FromRow)]
-struct LiveRow {
-    id: String,
-    qty: i32,
-    shard: i32,
+/// Holds asked for per `HSCAN` call, and checked against Postgres at a
+/// time: Redis and the origin's runtime each do a bounded amount of work
+/// per step, whatever the number of live holds (a whole-hash `HGETALL` of
+/// 10^5 holds stalled every request, `/healthz` included: issue 16).
+const SCAN_CHUNK: usize = 1_000;
+
+/// One shard as observe.lua read it at one instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Observed {
+    /// `None`: the shard's keys are gone.
+    stock: Option<String>,
+    /// Settlement entries not yet in Postgres.
+    unsettled: i64,
+    /// The id of the last entry appended to the shard's stream: unchanged
+    /// means no unit moved and no hold came or went.
+    version: String,
 }
 
-async fn live_reservations(pool: &PgPool, sale: &str) -> Result<Vec<LiveRow>, sqlx::Error> {
+async fn observe(engine: &Engine, k: &ShardKeys) -> Result<Observed, redis::RedisError> {
+    let mut conn = engine.conn.clone();
+    let (stock, unsettled, version): (Option<String>, i64, String) = engine
+        .scripts
+        .observe
+        .key(&k.stock)
+        .key(&k.stream)
+        .invoke_async(&mut conn)
+        .await?;
+    Ok(Observed {
+        stock,
+        unsettled,
+        version,
+    })
+}
+
+/// A hash read in chunks with `HSCAN` (at most about [`SCAN_CHUNK`] fields
+/// per Redis call). Not a snapshot: a field present throughout is seen at
+/// least once; one added or removed meanwhile may or may not be.
+struct HashScan<'k> {
+    key: &'k str,
+    cursor: Option<u64>,
+}
+
+impl<'k> HashScan<'k> {
+    fn new(key: &'k str) -> Self {
+        HashScan {
+            key,
+            cursor: Some(0),
+        }
+    }
+
+    /// The next chunk of `(field, value)` pairs; `None` once the scan is over.
+    async fn next(
+        &mut self,
+        engine: &Engine,
+    ) -> Result<Option<Vec<(String, String)>>, redis::RedisError> {
+        let mut conn = engine.conn.clone();
+        while let Some(cursor) = self.cursor {
+            let (next, pairs): (u64, Vec<(String, String)>) = redis::cmd("HSCAN")
+                .arg(self.key)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(SCAN_CHUNK)
+                .query_async(&mut conn)
+                .await?;
+            self.cursor = (next != 0).then_some(next);
+            if !pairs.is_empty() {
+                return Ok(Some(pairs));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Live reservations (held, pending or paid) Postgres records on one shard.
+async fn live_on_shard(
+    pool: &PgPool,
+    sale: &str,
+    shard: usize,
+) -> Result<Vec<(String, i32)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, qty, shard FROM reservations
-         WHERE sale_id = $1 AND status IN ('settled', 'pending_payment', 'paid')",
+        "SELECT id, qty FROM reservations
+         WHERE sale_id = $1 AND shard = $2 AND status IN ('settled', 'pending_payment', 'paid')",
     )
     .bind(sale)
+    .bind(shard as i32)
     .fetch_all(pool)
     .await
+}
+
+/// How one shard compared.
+enum ShardCheck {
+    /// Units moved while it was read: nothing to conclude this round.
+    Moving,
+    /// Redis's hold records and Postgres's live reservations differ.
+    Mismatch { redis: usize, postgres: usize },
+    /// The records agree; the stock Redis has and the one Postgres implies.
+    Compared { observed: Observed, expected: i64 },
+}
+
+/// Compares one drained shard with Postgres, between two equal versions:
+/// observe, read Postgres (which then has every entry up to the
+/// observation), scan the hold records, observe again. If nothing moved in
+/// between, the scan is exactly the records at the observation and the
+/// figure from Postgres is exactly the stock they imply.
+async fn compare_shard(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    i: usize,
+) -> Result<ShardCheck, ReconcileError> {
+    let cfg = &sale.config;
+    let k = &sale.shards[i];
+    let before = observe(engine, k).await?;
+    if before.stock.is_none() || before.unsettled > 0 {
+        return Ok(ShardCheck::Moving);
+    }
+    let live = live_on_shard(pool, &cfg.id, i).await?;
+    let expected = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
+        - live.iter().map(|(_, q)| i64::from(*q)).sum::<i64>();
+    let mut redis_ids: HashSet<String> = HashSet::new();
+    let mut scan = HashScan::new(&k.holds);
+    while let Some(pairs) = scan.next(engine).await? {
+        redis_ids.extend(pairs.into_iter().map(|(id, _)| id));
+    }
+    if observe(engine, k).await? != before {
+        return Ok(ShardCheck::Moving);
+    }
+    let same = redis_ids.len() == live.len() && live.iter().all(|(id, _)| redis_ids.contains(id));
+    if !same {
+        return Ok(ShardCheck::Mismatch {
+            redis: redis_ids.len(),
+            postgres: live.len(),
+        });
+    }
+    Ok(ShardCheck::Compared {
+        observed: before,
+        expected,
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,32 +267,26 @@ pub async fn reconcile_sale(
         tracing::info!(sale = %cfg.id, lag = report.lag, "reconcile: settlement is behind; not comparing");
         return Ok(report);
     }
-    let live = live_reservations(pool, &cfg.id).await?;
     for (i, k) in sale.shards.iter().enumerate() {
-        let pg: Vec<&LiveRow> = live.iter().filter(|r| r.shard as usize == i).collect();
-        let expected = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
-            - pg.iter().map(|r| i64::from(r.qty)).sum::<i64>();
-        let stock: Option<String> = conn.get(&k.stock).await?;
-        let Some(stock) = stock else { continue };
-        let redis_holds: HashMap<String, String> = conn.hgetall(&k.holds).await?;
-        let redis_ids: HashSet<&str> = redis_holds.keys().map(String::as_str).collect();
-        let pg_ids: HashSet<&str> = pg.iter().map(|r| r.id.as_str()).collect();
-        if redis_ids != pg_ids {
-            // Settlement is drained, so the sets must agree; if a hold was
-            // granted after the lag check, the next round sees it settled.
-            let lag_now = settlement::lag(engine, sale).await?;
-            if lag_now == 0 {
-                tracing::error!(sale = %cfg.id, shard = i, redis = redis_ids.len(), postgres = pg_ids.len(), "reconcile: hold records disagree; not repairing");
+        let (observed, expected) = match compare_shard(engine, pool, sale, i).await? {
+            ShardCheck::Moving => continue,
+            ShardCheck::Mismatch { redis, postgres } => {
+                tracing::error!(sale = %cfg.id, shard = i, redis, postgres, "reconcile: hold records disagree; not repairing");
                 report.mismatched_shards.push(i);
+                continue;
             }
+            ShardCheck::Compared { observed, expected } => (observed, expected),
+        };
+        let Some(stock) = observed.stock else {
             continue;
-        }
-        let observed: i64 = stock.parse().unwrap_or(i64::MIN);
-        let drift = observed - expected;
+        };
+        let observed_stock: i64 = stock.parse().unwrap_or(i64::MIN);
+        let drift = observed_stock - expected;
         report.drift += drift.abs();
         if drift != 0 {
-            tracing::warn!(sale = %cfg.id, shard = i, redis = observed, postgres = expected, drift, "reconcile: stock drift");
+            tracing::warn!(sale = %cfg.id, shard = i, redis = observed_stock, postgres = expected, drift, "reconcile: stock drift");
             if repair {
+                let mut conn = engine.conn.clone();
                 let fixed: i64 = engine
                     .scripts
                     .reconcile
@@ -166,6 +294,7 @@ pub async fn reconcile_sale(
                     .key(&k.stream)
                     .arg(&stock)
                     .arg(expected)
+                    .arg(&observed.version)
                     .invoke_async(&mut conn)
                     .await?;
                 if fixed == 1 {
@@ -220,38 +349,35 @@ async fn check_hold_states(
     report: &mut Report,
 ) -> Result<(), ReconcileError> {
     let cfg = &sale.config;
-    let mut conn = engine.conn.clone();
-    let mut ids = Vec::new();
-    let mut redis_paid = Vec::new();
     for k in &sale.shards {
-        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await?;
-        for (id, raw) in holds {
-            let paid = serde_json::from_str::<serde_json::Value>(&raw)
-                .is_ok_and(|h| h["s"].as_str() == Some("paid"));
-            redis_paid.push(paid);
-            ids.push(id);
-        }
-    }
-    let pg_paid: HashSet<String> =
-        sqlx::query_scalar("SELECT id FROM reservations WHERE id = ANY($1) AND status = 'paid'")
+        let mut scan = HashScan::new(&k.holds);
+        while let Some(pairs) = scan.next(engine).await? {
+            let ids: Vec<&str> = pairs.iter().map(|(id, _)| id.as_str()).collect();
+            let pg_paid: HashSet<String> = sqlx::query_scalar(
+                "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'paid'",
+            )
             .bind(&ids)
             .fetch_all(pool)
             .await?
             .into_iter()
             .collect();
-    for (id, redis_paid) in ids.iter().zip(redis_paid) {
-        if redis_paid == pg_paid.contains(id) {
-            continue;
-        }
-        // Re-read under the locks: it may agree after all (an event just
-        // committed), or an event may be being applied right now (Busy).
-        match payments::align_hold(pool, engine, sale, id, repair).await? {
-            Alignment::Agreed | Alignment::Busy => {}
-            a => {
-                tracing::warn!(sale = %cfg.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");
-                report.state_mismatches.push(id.clone());
-                if repair {
-                    report.aligned.push(id.clone());
+            for (id, raw) in &pairs {
+                let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
+                if redis_paid == pg_paid.contains(id) {
+                    continue;
+                }
+                // Re-read under the locks: it may agree after all (an event
+                // just committed), or an event may be being applied right
+                // now (Busy).
+                match payments::align_hold(pool, engine, sale, id, repair).await? {
+                    Alignment::Agreed | Alignment::Busy => {}
+                    a => {
+                        tracing::warn!(sale = %cfg.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");
+                        report.state_mismatches.push(id.clone());
+                        if repair {
+                            report.aligned.push(id.clone());
+                        }
+                    }
                 }
             }
         }
