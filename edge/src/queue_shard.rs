@@ -102,8 +102,9 @@ struct RankedRow {
 }
 
 #[derive(Deserialize)]
-struct ValueRow {
-    value: String,
+struct RankedBucketRow {
+    vals: String,
+    leaves: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -186,39 +187,61 @@ impl DrawStore for SqlDraw<'_> {
             .collect())
     }
 
-    fn store_values(&mut self, values: &[(u64, String)]) -> ApiResult<()> {
-        for (seq, v) in values {
-            self.0
-                .exec(
-                    "UPDATE entries SET value = ? WHERE seq = ?",
-                    Some(vec![v.as_str().into(), (*seq as f64).into()]),
-                )
-                .map_err(sql_err)?;
-        }
+    /// One statement a run, whatever its length (the items travel as one
+    /// JSON text): the rows are appended in `(r, i)` order.
+    fn put_run(&mut self, run: u64, items: &[shard_draw::Item]) -> ApiResult<()> {
+        self.0
+            .exec(
+                "DELETE FROM runs WHERE r = ?",
+                Some(vec![(run as f64).into()]),
+            )
+            .map_err(sql_err)?;
+        let json = serde_json::to_string(items).unwrap_or_default();
+        self.0
+            .exec(
+                "INSERT INTO runs (r, i, value, leaf)
+                 SELECT ?, CAST(j.key AS INTEGER), json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]')
+                 FROM json_each(?) AS j",
+                Some(vec![(run as f64).into(), json.as_str().into()]),
+            )
+            .map_err(sql_err)?;
         Ok(())
     }
 
-    fn values_after(&mut self, after: Option<&str>, limit: usize) -> ApiResult<Vec<String>> {
+    fn run_items(&mut self, run: u64, from: u64, limit: usize) -> ApiResult<Vec<shard_draw::Item>> {
         Ok(self
             .0
             .exec(
-                "SELECT value FROM entries WHERE prequeue = 1 AND value > ? ORDER BY value LIMIT ?",
-                Some(vec![after.unwrap_or("").into(), (limit as f64).into()]),
+                "SELECT value, leaf FROM runs WHERE r = ? AND i >= ? ORDER BY i LIMIT ?",
+                Some(vec![
+                    (run as f64).into(),
+                    (from as f64).into(),
+                    (limit as f64).into(),
+                ]),
             )
             .map_err(sql_err)?
-            .to_array::<ValueRow>()
+            .to_array::<RankedRow>()
             .map_err(sql_err)?
             .into_iter()
-            .map(|r| r.value)
+            .map(|r| (r.value, r.leaf))
             .collect())
     }
 
-    fn put_bucket(&mut self, index: u64, values: &[String]) -> ApiResult<()> {
-        let vals = serde_json::to_string(values).unwrap_or_default();
+    /// A bucket keeps its values (what isolates fetch to place people) and
+    /// their leaves beside them (what the coordinator's listing reads).
+    fn put_bucket(&mut self, index: u64, items: &[shard_draw::Item]) -> ApiResult<()> {
+        let vals: Vec<&str> = items.iter().map(|(v, _)| v.as_str()).collect();
+        let leaves: Vec<&str> = items.iter().map(|(_, l)| l.as_str()).collect();
+        let last = vals.last().copied().unwrap_or_default();
         self.0
             .exec(
-                "INSERT OR REPLACE INTO buckets (j, vals) VALUES (?, ?)",
-                Some(vec![(index as f64).into(), vals.as_str().into()]),
+                "INSERT OR REPLACE INTO buckets (j, vals, leaves, last) VALUES (?, ?, ?, ?)",
+                Some(vec![
+                    (index as f64).into(),
+                    serde_json::to_string(&vals).unwrap_or_default().into(),
+                    serde_json::to_string(&leaves).unwrap_or_default().into(),
+                    last.into(),
+                ]),
             )
             .map_err(sql_err)?;
         Ok(())
@@ -282,10 +305,20 @@ impl QueueShard {
                 ticket_exp INTEGER,
                 salt TEXT,
                 leaf TEXT)",
-            "CREATE INDEX IF NOT EXISTS entries_value ON entries (value) WHERE value IS NOT NULL",
             "CREATE INDEX IF NOT EXISTS entries_leaf ON entries (leaf) WHERE prequeue = 1",
             "CREATE INDEX IF NOT EXISTS entries_arrival ON entries (t_ms) WHERE prequeue = 0",
-            "CREATE TABLE IF NOT EXISTS buckets (j INTEGER PRIMARY KEY, vals TEXT NOT NULL)",
+            // The draw's sorted runs, then its buckets (shard_draw): append-only.
+            "CREATE TABLE IF NOT EXISTS runs (
+                r INTEGER NOT NULL,
+                i INTEGER NOT NULL,
+                value TEXT NOT NULL,
+                leaf TEXT NOT NULL,
+                PRIMARY KEY (r, i)) WITHOUT ROWID",
+            "CREATE TABLE IF NOT EXISTS buckets (
+                j INTEGER PRIMARY KEY,
+                vals TEXT NOT NULL,
+                leaves TEXT,
+                last TEXT)",
             "CREATE TABLE IF NOT EXISTS turns (
                 sub TEXT PRIMARY KEY,
                 place INTEGER NOT NULL,
@@ -303,6 +336,8 @@ impl QueueShard {
         for q in [
             "ALTER TABLE entries ADD COLUMN salt TEXT",
             "ALTER TABLE entries ADD COLUMN leaf TEXT",
+            "ALTER TABLE buckets ADD COLUMN leaves TEXT",
+            "ALTER TABLE buckets ADD COLUMN last TEXT",
         ] {
             let _ = sql.exec(q, None);
         }
@@ -693,25 +728,48 @@ impl QueueShard {
     }
 
     /// The drawn pre-queue's `value ‖ leaf` after `after` (a value), by value
-    /// (the coordinator's listing). Only once this shard's draw is done.
+    /// (the coordinator's listing), read from the buckets, which hold both.
+    /// Only once this shard's draw is done.
     fn ranked(&self, url: &worker::Url) -> ApiResult<Value> {
         let (after, limit) = Self::page_of(url)?;
         if !matches!(self.draw_state(), Some(DrawState::Done { .. })) {
             return Err(ApiError::new(409, "not_drawn", "not drawn yet"));
         }
-        let items: Vec<String> = self
+        // The buckets that can hold the page: from the one holding the
+        // first value past `after`, as many as `limit` values can span.
+        let rows = self
             .sql()
             .exec(
-                "SELECT value, leaf FROM entries WHERE prequeue = 1 AND value > ?
-                 ORDER BY value LIMIT ?",
-                Some(vec![after.as_str().into(), (limit as f64).into()]),
+                "SELECT vals, leaves FROM buckets WHERE last > ? ORDER BY j LIMIT ?",
+                Some(vec![
+                    after.as_str().into(),
+                    ((limit.div_ceil(shard_draw::BUCKET_SIZE) + 1) as f64).into(),
+                ]),
             )
             .map_err(sql_err)?
-            .to_array::<RankedRow>()
-            .map_err(sql_err)?
-            .into_iter()
-            .map(|r| format!("{}{}", r.value, r.leaf))
-            .collect();
+            .to_array::<RankedBucketRow>()
+            .map_err(sql_err)?;
+        let mut items: Vec<String> = Vec::with_capacity(limit);
+        for r in rows {
+            let vals: Vec<String> = serde_json::from_str(&r.vals).unwrap_or_default();
+            let leaves: Vec<String> = r
+                .leaves
+                .as_deref()
+                .and_then(|l| serde_json::from_str(l).ok())
+                .unwrap_or_default();
+            if leaves.len() != vals.len() {
+                return Err(ApiError::new(
+                    500,
+                    "queue_storage",
+                    "a bucket without its leaves",
+                ));
+            }
+            for (v, l) in vals.into_iter().zip(leaves) {
+                if v.as_str() > after.as_str() && items.len() < limit {
+                    items.push(format!("{v}{l}"));
+                }
+            }
+        }
         Ok(json!({"items": items}))
     }
 

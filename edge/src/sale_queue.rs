@@ -89,6 +89,8 @@ pub struct SaleQueue {
     rank_pages: RefCell<Vec<Page<[u8; 64]>>>,
     /// When the shards were last woken (memory only: at most once a second).
     poked_ms: Cell<u64>,
+    /// How long the alarm waits before the next draw step (set by a step).
+    next_step_ms: Cell<u64>,
 }
 
 /// Leaves (or listing items) asked of a shard at once, and the most one
@@ -99,6 +101,8 @@ pub struct SaleQueue {
 /// the start either way (BENCHMARKS.md).
 const DRAW_PAGE: usize = 512;
 const DRAW_MAX_OUT: usize = 2_048;
+/// Time between two merge steps of the listing (see `draw_step`).
+const LISTING_STEP_GAP_MS: u64 = 100;
 /// Entries one listing page gives at most.
 pub(crate) const LISTING_MAX: u64 = 512;
 
@@ -1059,6 +1063,11 @@ impl SaleQueue {
                     return Ok(false);
                 };
                 if !f.is_done() {
+                    // Paced: the listing is published for audits, nobody
+                    // waits on it, and back-to-back merge steps would keep
+                    // every request to this object (snapshot refreshes, the
+                    // index for first polls) queued behind them.
+                    self.next_step_ms.set(LISTING_STEP_GAP_MS);
                     return Ok(true);
                 }
                 if f.merged == self.meta.u64("entrants").unwrap_or(0) {
@@ -1373,6 +1382,7 @@ impl DurableObject for SaleQueue {
             leaf_pages: RefCell::new(Vec::new()),
             rank_pages: RefCell::new(Vec::new()),
             poked_ms: Cell::new(0),
+            next_step_ms: Cell::new(0),
         };
         if let Err(e) = q.init() {
             worker::console_error!("sale queue init: {}", e.message);
@@ -1428,8 +1438,11 @@ impl DurableObject for SaleQueue {
             Err(e) => worker::console_error!("frontier: {}", e.message),
         }
         if more {
-            // The next draw step at once: requests queued meanwhile go first.
-            storage.set_alarm(0i64).await?;
+            // The next draw step at once (the listing's after a short gap):
+            // requests queued meanwhile go first.
+            storage
+                .set_alarm(self.next_step_ms.replace(0) as i64)
+                .await?;
         } else if !self.meta.flag("closed") {
             storage.set_alarm(1_000i64).await?;
         } else {

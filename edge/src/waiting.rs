@@ -915,13 +915,18 @@ async fn place_of_value(
     index: &[ShardIndex],
     v: &str,
 ) -> Option<u64> {
-    let mut held: Vec<Rc<Vec<String>>> = Vec::with_capacity(index.len());
-    for (k, ix) in index.iter().enumerate() {
+    // Every shard's bucket at once: one person's first poll after the draw
+    // waits for the slowest of them, not for their sum.
+    let fetches = index.iter().enumerate().map(|(k, ix)| async move {
         match ix.straddling(v) {
-            Some(j) => held.push(bucket(env, sale, commitment, k as u32, j).await?),
-            None => held.push(Rc::new(Vec::new())),
+            Some(j) => bucket(env, sale, commitment, k as u32, j).await,
+            None => Some(Rc::new(Vec::new())),
         }
-    }
+    });
+    let held: Vec<Rc<Vec<String>>> = futures::future::join_all(fetches)
+        .await
+        .into_iter()
+        .collect::<Option<_>>()?;
     let parts: Vec<(&ShardIndex, &[String])> = index
         .iter()
         .zip(&held)
