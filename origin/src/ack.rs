@@ -16,6 +16,9 @@
 //! `WAIT 1 <REDIS_ACK_TIMEOUT_MS>`, and wakes every request of the round.
 //! Requests arriving meanwhile form the next round, so under load one
 //! `WAIT` covers many requests, and the shared connection never waits.
+//! `REDIS_ACK_CONNECTIONS` runs that many such round-runners side by side
+//! (each on its own connection), so a round need not wait for the previous
+//! one's `WAIT` to end.
 //!
 //! Why this is sound (the invariant): a request asks only after its write
 //! was answered, so the primary applied it before the round's barrier; the
@@ -37,6 +40,7 @@
 //! `REDIS_CLUSTER_NODES` instead.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -120,11 +124,17 @@ pub struct Acker {
 }
 
 impl Acker {
-    /// Starts the acknowledger for `target` (a single Redis or Sentinel).
-    /// It connects on its first round, and again after any failed round.
-    pub fn start(target: RedisTarget, timeout: Duration) -> Self {
+    /// Starts the acknowledger for `target` (a single Redis or Sentinel):
+    /// `connections` tasks, each with its own connection (made on its first
+    /// round and again after any failed round), each running one round at
+    /// a time; while one waits for its `WAIT`, the next takes what has
+    /// queued since (`REDIS_ACK_CONNECTIONS`).
+    pub fn start(target: RedisTarget, timeout: Duration, connections: usize) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(target, timeout, rx));
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..connections.max(1) {
+            tokio::spawn(run(target.clone(), timeout, rx.clone()));
+        }
         Acker { tx }
     }
 
@@ -138,11 +148,18 @@ impl Acker {
     }
 }
 
-async fn run(target: RedisTarget, timeout: Duration, mut rx: mpsc::UnboundedReceiver<Pending>) {
+/// One round-runner: takes what has queued (waiting for the first if
+/// nothing has), runs the round, answers every request of it.
+async fn run(
+    target: RedisTarget,
+    timeout: Duration,
+    rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Pending>>>,
+) {
     let mut conn: Option<MultiplexedConnection> = None;
     let mut round: Vec<Pending> = Vec::new();
     loop {
-        if rx.recv_many(&mut round, MAX_ROUND).await == 0 {
+        let taken = rx.lock().await.recv_many(&mut round, MAX_ROUND).await;
+        if taken == 0 {
             return;
         }
         let started = Instant::now();

@@ -76,13 +76,19 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "REDIS_ACK",
         default: Fallback::Value("local"),
         secret: false,
-        meaning: "`local`: a hold (cancel, payment confirm) is acknowledged once the primary has it; `wait`: only once `WAIT 1` says a replica has it too, else 503 `not_replicated` (`docs/operations.md` §9). `wait` needs `REDIS_URL` or `REDIS_SENTINEL` (refused with `REDIS_CLUSTER_NODES`)",
+        meaning: "`local`: a hold (cancel, payment confirm) is acknowledged once the primary has it; `wait`: only once `WAIT 1` says a replica has it too, else 503 `not_replicated` (`docs/operations.md` §7). `wait` needs `REDIS_URL` or `REDIS_SENTINEL` (refused with `REDIS_CLUSTER_NODES`)",
     },
     EnvVar {
         name: "REDIS_ACK_TIMEOUT_MS",
         default: Fallback::Value("100"),
         secret: false,
         meaning: "with `REDIS_ACK=wait`: how long one `WAIT` waits for a replica (1 to 5000); past it the requests it covers answer 503 `not_replicated`",
+    },
+    EnvVar {
+        name: "REDIS_ACK_CONNECTIONS",
+        default: Fallback::Value("1"),
+        secret: false,
+        meaning: "with `REDIS_ACK=wait`: dedicated connections, each running one group-commit round (`WAIT`) at a time, side by side (1 to 8; measured in BENCHMARKS.md, \"Durability\")",
     },
     EnvVar {
         name: "REDIS_KEY_PREFIX",
@@ -218,8 +224,12 @@ pub enum RedisTarget {
 pub enum AckMode {
     /// Once the primary has it (Redis's own answer).
     Local,
-    /// Once `WAIT 1 <timeout>` says a replica has it too (`crate::ack`).
-    Wait { timeout: Duration },
+    /// Once `WAIT 1 <timeout>` says a replica has it too (`crate::ack`),
+    /// with `connections` rounds of WAIT side by side at most.
+    Wait {
+        timeout: Duration,
+        connections: usize,
+    },
 }
 
 impl fmt::Debug for RedisTarget {
@@ -459,31 +469,52 @@ pub fn redis_target() -> Result<RedisTarget, ConfigError> {
 /// replica before answering 503.
 pub const MAX_ACK_TIMEOUT_MS: u64 = 5_000;
 
-/// `REDIS_ACK` (+ `REDIS_ACK_TIMEOUT_MS` for `wait`).
-pub fn redis_ack() -> Result<AckMode, ConfigError> {
+/// The most `REDIS_ACK_CONNECTIONS`.
+pub const MAX_ACK_CONNECTIONS: usize = 8;
+
+/// `REDIS_ACK` (+ `REDIS_ACK_TIMEOUT_MS` and `REDIS_ACK_CONNECTIONS` for
+/// `wait`); every problem goes to `errors`.
+pub fn redis_ack(errors: &mut Vec<ConfigError>) -> Option<AckMode> {
     match var_or_default("REDIS_ACK").trim() {
-        "local" => Ok(AckMode::Local),
+        "local" => Some(AckMode::Local),
         "wait" => {
             let text = var_or_default("REDIS_ACK_TIMEOUT_MS");
-            text.trim()
+            let timeout = text
+                .trim()
                 .parse::<u64>()
                 .ok()
                 .filter(|ms| (1..=MAX_ACK_TIMEOUT_MS).contains(ms))
-                .map(|ms| AckMode::Wait {
-                    timeout: Duration::from_millis(ms),
-                })
+                .map(Duration::from_millis)
                 .ok_or(ConfigError::Invalid {
                     var: "REDIS_ACK_TIMEOUT_MS",
                     value: text,
                     // 0 would make WAIT block forever.
                     why: format!("1 to {MAX_ACK_TIMEOUT_MS} milliseconds"),
-                })
+                });
+            let text = var_or_default("REDIS_ACK_CONNECTIONS");
+            let connections = text
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_ACK_CONNECTIONS).contains(n))
+                .ok_or(ConfigError::Invalid {
+                    var: "REDIS_ACK_CONNECTIONS",
+                    value: text,
+                    why: format!("1 to {MAX_ACK_CONNECTIONS}"),
+                });
+            Some(AckMode::Wait {
+                timeout: keep(errors, timeout)?,
+                connections: keep(errors, connections)?,
+            })
         }
-        other => Err(ConfigError::Invalid {
-            var: "REDIS_ACK",
-            value: other.into(),
-            why: "use local or wait".into(),
-        }),
+        other => {
+            errors.push(ConfigError::Invalid {
+                var: "REDIS_ACK",
+                value: other.into(),
+                why: "use local or wait".into(),
+            });
+            None
+        }
     }
 }
 
@@ -673,7 +704,7 @@ impl Settings {
         let addr = keep(e, origin_addr());
         let database_url = keep(e, database_url());
         let redis = keep(e, redis_target());
-        let redis_ack = keep(e, redis_ack());
+        let redis_ack = redis_ack(e);
         if let (Some(ack), Some(target)) = (redis_ack, &redis) {
             keep(e, ack_fits_target(ack, target));
         }
@@ -845,7 +876,7 @@ pub fn effective() -> Vec<Effective> {
             if v.name == "REDIS_SENTINEL_MASTER" && !sentinel {
                 shown.push_str(" (unused: REDIS_SENTINEL is not set)");
             }
-            if v.name == "REDIS_ACK_TIMEOUT_MS" && !wait {
+            if matches!(v.name, "REDIS_ACK_TIMEOUT_MS" | "REDIS_ACK_CONNECTIONS") && !wait {
                 shown.push_str(" (unused: REDIS_ACK is not wait)");
             }
             Effective {

@@ -168,9 +168,17 @@ impl SentinelConn {
         (c.generation, c.addr.clone())
     }
 
-    fn checkout(&self) -> (u64, Option<MultiplexedConnection>) {
-        let c = self.inner.current.read().expect("not poisoned");
-        (c.generation, c.conn.clone())
+    /// The connection in use and its generation; while there is none, an
+    /// error at once (and a lookup started if none runs).
+    fn live(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        let (generation, conn) = {
+            let c = self.inner.current.read().expect("not poisoned");
+            (c.generation, c.conn.clone())
+        };
+        conn.map(|conn| (generation, conn)).ok_or_else(|| {
+            rediscover(&self.inner, generation);
+            no_primary()
+        })
     }
 
     /// Notes the outcome of a command sent on generation `generation`.
@@ -250,11 +258,7 @@ async fn watch(weak: Weak<Inner>) {
 impl ConnectionLike for SentinelConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let (generation, conn) = self.checkout();
-            let Some(mut conn) = conn else {
-                rediscover(&self.inner, generation);
-                return Err(no_primary());
-            };
+            let (generation, mut conn) = self.live()?;
             let r = conn.req_packed_command(cmd).await;
             self.after(generation, r)
         })
@@ -267,11 +271,7 @@ impl ConnectionLike for SentinelConn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let (generation, conn) = self.checkout();
-            let Some(mut conn) = conn else {
-                rediscover(&self.inner, generation);
-                return Err(no_primary());
-            };
+            let (generation, mut conn) = self.live()?;
             let r = conn.req_packed_commands(pipeline, offset, count).await;
             self.after(generation, r)
         })

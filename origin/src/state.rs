@@ -77,9 +77,10 @@ impl AppState {
                 scripts: Scripts::load(),
                 acker: match settings.redis_ack {
                     AckMode::Local => None,
-                    AckMode::Wait { timeout } => {
-                        Some(Acker::start(settings.redis.clone(), timeout))
-                    }
+                    AckMode::Wait {
+                        timeout,
+                        connections,
+                    } => Some(Acker::start(settings.redis.clone(), timeout, connections)),
                 },
             }),
             sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
