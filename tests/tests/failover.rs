@@ -210,6 +210,7 @@ async fn holds_per_account(app: &TestApp, sale: &str) -> HashMap<String, usize> 
 async fn with_wait_a_killed_primary_loses_no_acknowledged_hold() {
     let r = kill_the_primary(AckMode::Wait {
         timeout: Duration::from_millis(100),
+        connections: 2,
     })
     .await;
     assert_eq!(r.acked_in_sync, 20);
@@ -236,6 +237,7 @@ async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_
         redis: RedisTarget::Single(primary.url()),
         redis_ack: AckMode::Wait {
             timeout: Duration::from_millis(50),
+            connections: 1,
         },
         ..Default::default()
     })
@@ -296,4 +298,49 @@ async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_
     let body: Value = code.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_replicated", "{body}");
     app.stop().await;
+}
+
+/// The barrier script (`lua/ack.lua`) never acknowledges what the primary
+/// does not show, whatever the replica says: after a failover a hold may
+/// exist only on the dead primary, and WAIT on the new one proves nothing
+/// about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acknowledger_confirms_only_what_the_primary_shows() {
+    use origin::ack::{AckError, Acker, Fact, FactKind};
+    use redis::AsyncCommands;
+    let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
+    let _replica = RedisServer::start_on_free_cluster_port(&[
+        "--replicaof",
+        "127.0.0.1",
+        &primary.port.to_string(),
+    ]);
+    let target = RedisTarget::Single(primary.url());
+    let acker = Acker::start(target.clone(), Duration::from_millis(500), 2);
+    let keys = origin::store::ShardKeys::new("ackt", "ackt/s/0");
+    let mut conn = origin::store::connect(&target).await.unwrap();
+    let _: () = conn
+        .hset(&keys.holds, "h1", r#"{"a":"x","q":1,"s":"held"}"#)
+        .await
+        .unwrap();
+    let _: () = conn
+        .hset(&keys.holds, "h2", r#"{"a":"x","q":1,"s":"paid"}"#)
+        .await
+        .unwrap();
+    let fact = |id: &str, kind| Fact::new(&keys, id, kind);
+    // The replica may still be syncing: the first answers can be NotReplicated.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acker.confirm(fact("h1", FactKind::Held)).await.is_err() {
+        assert!(Instant::now() < deadline, "the replica never acknowledged");
+    }
+    let (a, b, c, d, e) = tokio::join!(
+        acker.confirm(fact("h2", FactKind::Paid)),
+        acker.confirm(fact("h3", FactKind::Gone)),
+        acker.confirm(fact("h3", FactKind::Held)),
+        acker.confirm(fact("h1", FactKind::Paid)),
+        acker.confirm(fact("h1", FactKind::Gone)),
+    );
+    assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
+    for not in [c, d, e] {
+        assert!(matches!(not, Err(AckError::NotShown)), "{not:?}");
+    }
 }
