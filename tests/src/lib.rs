@@ -170,6 +170,9 @@ pub fn now_secs() -> u64 {
     origin::auth::now_secs()
 }
 
+/// The payment webhook secret of every [`TestApp`].
+pub const WEBHOOK_SECRET: &str = "whsec_test";
+
 /// A running origin for one test.
 pub struct TestApp {
     pub addr: String,
@@ -227,7 +230,7 @@ impl TestApp {
             key_prefix: prefix.clone(),
             user_keys: ring("usr1"),
             admission_keys: ring("adm1"),
-            payment_webhook_secrets: vec!["whsec_test".to_string().into()],
+            payment_webhook_secrets: vec![WEBHOOK_SECRET.to_string().into()],
             addr: "127.0.0.1:0".parse().unwrap(),
             sweep_interval: opts.sweep_interval,
             reconcile_interval: opts.reconcile_interval,
@@ -359,6 +362,40 @@ impl TestApp {
             .expect("request sent")
             .status()
             .as_u16()
+    }
+
+    /// POST `…/reservations/{id}/purchase`; returns (status, JSON body).
+    pub async fn purchase(&self, id: &str, token: &str) -> (u16, Value) {
+        let res = self
+            .client
+            .post(format!("{}/api/reservations/{id}/purchase", self.addr))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request sent");
+        (
+            res.status().as_u16(),
+            res.json().await.unwrap_or(Value::Null),
+        )
+    }
+
+    /// POST a payment provider event with `Payment-Signature: sig` (none
+    /// when `None`); returns (status, JSON body). The app's webhook secret
+    /// is [`WEBHOOK_SECRET`].
+    pub async fn webhook(&self, body: &str, sig: Option<String>) -> (u16, Value) {
+        let mut req = self
+            .client
+            .post(format!("{}/webhooks/payments", self.addr))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(s) = sig {
+            req = req.header("Payment-Signature", s);
+        }
+        let res = req.send().await.expect("request sent");
+        (
+            res.status().as_u16(),
+            res.json().await.unwrap_or(Value::Null),
+        )
     }
 
     /// The Prometheus text of `GET /metrics`.

@@ -344,3 +344,94 @@ async fn the_acknowledger_confirms_only_what_the_primary_shows() {
         assert!(matches!(not, Err(AckError::NotShown)), "{not:?}");
     }
 }
+
+/// A payment's confirm is acknowledged like a hold: with no replica the
+/// webhook answers 503 `not_replicated`, the confirm is undone (the hold
+/// `held` again, in the expiry index) and nothing is recorded, so the
+/// provider's redelivery of the same event, once a replica is back, pays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pays() {
+    use redis::AsyncCommands;
+    let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
+    let replica_of = |port: u16| {
+        RedisServer::start_on_free_cluster_port(&["--replicaof", "127.0.0.1", &port.to_string()])
+    };
+    let replica = replica_of(primary.port);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(primary.url()),
+        redis_ack: AckMode::Wait {
+            timeout: Duration::from_millis(50),
+            connections: 1,
+        },
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("pw", 5, 2, 1)).await;
+    let token = app.admit("pia", "pw");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let (status, body, _) = app
+            .reserve("pw", Some(&token), Some("k"), r#"{"qty":1}"#)
+            .await;
+        if status == 202 {
+            break body["reservation_id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "never acknowledged: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (status, p) = app.purchase(&id, &token).await;
+    assert_eq!(status, 201, "{p}");
+    let event = serde_json::json!({"id": "evt_w1", "type": "payment.succeeded",
+        "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
+    .to_string();
+    let sign = || {
+        Some(origin::payments::sign_webhook(
+            tests::WEBHOOK_SECRET,
+            tests::now_secs(),
+            event.as_bytes(),
+        ))
+    };
+    let s = app.state.sales.get("pw").await.unwrap().unwrap();
+    let mut conn = app.redis().await;
+    let hold_status = async |conn: &mut origin::store::RedisConn| {
+        let raw: String = conn.hget(&s.shards[0].holds, &id).await.unwrap();
+        serde_json::from_str::<Value>(&raw).unwrap()["s"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    drop(replica);
+    let (status, body) = app.webhook(&event, sign()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "not_replicated", "{body}");
+    assert_eq!(
+        hold_status(&mut conn).await,
+        "held",
+        "the confirm is undone"
+    );
+    let in_expiry: Option<f64> = conn.zscore(&s.shards[0].exp, &id).await.unwrap();
+    assert!(in_expiry.is_some(), "back in the expiry index");
+    let (pay, res): (String, String) = sqlx::query_as(
+        "SELECT p.status, r.status FROM payments p JOIN reservations r ON r.id = p.reservation_id WHERE r.id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap();
+    assert_eq!((pay.as_str(), res.as_str()), ("pending", "pending_payment"));
+
+    let _replica = replica_of(primary.port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = app.webhook(&event, sign()).await;
+        if status == 200 {
+            assert_eq!(body["result"], "paid", "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never paid: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(hold_status(&mut conn).await, "paid");
+    app.stop().await;
+}
