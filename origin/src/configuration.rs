@@ -469,6 +469,20 @@ pub fn redis_target() -> Result<RedisTarget, ConfigError> {
 /// replica before answering 503.
 pub const MAX_ACK_TIMEOUT_MS: u64 = 5_000;
 
+/// A whole number from 1 to `max` (`unit` names it in the error).
+fn one_to(name: &'static str, max: u64, unit: &str) -> Result<u64, ConfigError> {
+    let text = var_or_default(name);
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or(ConfigError::Invalid {
+            var: name,
+            value: text,
+            why: format!("1 to {max}{unit}"),
+        })
+}
+
 /// The most `REDIS_ACK_CONNECTIONS`.
 pub const MAX_ACK_CONNECTIONS: usize = 8;
 
@@ -478,33 +492,13 @@ pub fn redis_ack(errors: &mut Vec<ConfigError>) -> Option<AckMode> {
     match var_or_default("REDIS_ACK").trim() {
         "local" => Some(AckMode::Local),
         "wait" => {
-            let text = var_or_default("REDIS_ACK_TIMEOUT_MS");
-            let timeout = text
-                .trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|ms| (1..=MAX_ACK_TIMEOUT_MS).contains(ms))
-                .map(Duration::from_millis)
-                .ok_or(ConfigError::Invalid {
-                    var: "REDIS_ACK_TIMEOUT_MS",
-                    value: text,
-                    // 0 would make WAIT block forever.
-                    why: format!("1 to {MAX_ACK_TIMEOUT_MS} milliseconds"),
-                });
-            let text = var_or_default("REDIS_ACK_CONNECTIONS");
-            let connections = text
-                .trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_ACK_CONNECTIONS).contains(n))
-                .ok_or(ConfigError::Invalid {
-                    var: "REDIS_ACK_CONNECTIONS",
-                    value: text,
-                    why: format!("1 to {MAX_ACK_CONNECTIONS}"),
-                });
+            // 0 would make WAIT block forever.
+            let timeout = one_to("REDIS_ACK_TIMEOUT_MS", MAX_ACK_TIMEOUT_MS, " milliseconds")
+                .map(Duration::from_millis);
+            let connections = one_to("REDIS_ACK_CONNECTIONS", MAX_ACK_CONNECTIONS as u64, "");
             Some(AckMode::Wait {
                 timeout: keep(errors, timeout)?,
-                connections: keep(errors, connections)?,
+                connections: keep(errors, connections)? as usize,
             })
         }
         other => {

@@ -230,8 +230,9 @@ async fn with_local_the_holds_acknowledged_past_the_replicas_die_with_the_primar
     assert!(r.serving_again < Duration::from_secs(15), "{r:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_hold() {
+/// A primary on a TCP port (replicas can follow it) and an origin on it
+/// with `REDIS_ACK=wait`, 50 ms, one ack connection.
+async fn waiting_origin() -> (RedisServer, TestApp) {
     let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
     let app = TestApp::spawn_with(AppOptions {
         redis: RedisTarget::Single(primary.url()),
@@ -242,6 +243,12 @@ async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_
         ..Default::default()
     })
     .await;
+    (primary, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_hold() {
+    let (primary, app) = waiting_origin().await;
     app.create_sale(sale_spec("nr", 10, 2, 2)).await;
     let token = app.admit("alice", "nr");
     let reserve = |key: &'static str| {
@@ -352,20 +359,11 @@ async fn the_acknowledger_confirms_only_what_the_primary_shows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pays() {
     use redis::AsyncCommands;
-    let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
+    let (primary, app) = waiting_origin().await;
     let replica_of = |port: u16| {
         RedisServer::start_on_free_cluster_port(&["--replicaof", "127.0.0.1", &port.to_string()])
     };
     let replica = replica_of(primary.port);
-    let app = TestApp::spawn_with(AppOptions {
-        redis: RedisTarget::Single(primary.url()),
-        redis_ack: AckMode::Wait {
-            timeout: Duration::from_millis(50),
-            connections: 1,
-        },
-        ..Default::default()
-    })
-    .await;
     app.create_sale(sale_spec("pw", 5, 2, 1)).await;
     let token = app.admit("pia", "pw");
     let deadline = Instant::now() + Duration::from_secs(10);
