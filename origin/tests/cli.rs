@@ -160,6 +160,119 @@ fn config_check_lists_every_problem_and_prints_no_secret() {
     }
 }
 
+/// `REDIS_SENTINEL`, `REDIS_ACK`: each problem names its variables; two
+/// answers to "where is Redis" and `wait` on a Cluster are refused.
+#[test]
+fn config_check_names_the_redis_sentinel_and_ack_problems() {
+    let user = ring_env("usr1");
+    let admission = ring_env("adm1");
+    let keys = [
+        ("USER_TOKEN_KEYS", user.as_str()),
+        ("ADMISSION_TOKEN_KEYS", admission.as_str()),
+    ];
+    let check = |extra: &[(&str, &str)]| {
+        let env: Vec<(&str, &str)> = keys.iter().chain(extra).copied().collect();
+        let out = origin(&["config", "check"], &env);
+        (out.status.code(), text(&out))
+    };
+    for (env, problems) in [
+        (
+            vec![
+                ("REDIS_SENTINEL", "redis://:sentinel-pass-42@10.0.0.5:26379"),
+                ("REDIS_URL", "redis://10.0.0.6:6379"),
+                ("REDIS_ACK", "wait"),
+                ("REDIS_ACK_TIMEOUT_MS", "0"),
+            ],
+            vec![
+                "REDIS_SENTINEL and REDIS_URL are both set",
+                "REDIS_ACK_TIMEOUT_MS = \"0\": 1 to 5000 milliseconds",
+                "2 configuration problems",
+            ],
+        ),
+        (
+            vec![
+                ("REDIS_SENTINEL", "10.0.0.5:26379"),
+                ("REDIS_CLUSTER_NODES", "10.0.0.7:7000"),
+                ("REDIS_ACK", "sometimes"),
+            ],
+            vec![
+                "REDIS_SENTINEL and REDIS_CLUSTER_NODES are both set",
+                "REDIS_ACK = \"sometimes\": use local or wait",
+            ],
+        ),
+        (
+            vec![
+                ("REDIS_CLUSTER_NODES", "10.0.0.7:7000"),
+                ("REDIS_ACK", "wait"),
+            ],
+            vec!["REDIS_ACK=wait and REDIS_CLUSTER_NODES are both set"],
+        ),
+        (
+            vec![("REDIS_SENTINEL", "10.0.0.5:26379,nonsense")],
+            vec!["REDIS_SENTINEL = \"nonsense\": each entry must be host:port"],
+        ),
+    ] {
+        let (code, all) = check(&env);
+        assert_eq!(code, Some(1), "{all}");
+        for p in problems {
+            assert!(all.contains(p), "missing {p:?} in:\n{all}");
+        }
+        assert!(!all.contains("sentinel-pass-42"), "{all}");
+    }
+    // A good one: shown masked, with what it leaves unused.
+    let (code, all) = check(&[
+        (
+            "REDIS_SENTINEL",
+            "redis://:sentinel-pass-42@10.0.0.5:26379,10.0.0.6:26379",
+        ),
+        ("REDIS_SENTINEL_MASTER", "shop"),
+        ("REDIS_ACK", "wait"),
+        ("REDIS_ACK_TIMEOUT_MS", "250"),
+    ]);
+    assert_eq!(code, Some(0), "{all}");
+    for shown in [
+        "redis://:****@10.0.0.5:26379,10.0.0.6:26379",
+        "REDIS_SENTINEL_MASTER",
+        "shop",
+        "250",
+    ] {
+        assert!(all.contains(shown), "missing {shown:?} in:\n{all}");
+    }
+    assert!(!all.contains("sentinel-pass-42"), "{all}");
+    let (_, all) = check(&[("REDIS_ACK", "local")]);
+    assert!(all.contains("(unused: REDIS_SENTINEL is not set)"), "{all}");
+    assert!(all.contains("(unused: REDIS_ACK is not wait)"), "{all}");
+}
+
+/// `config check --connect` through Sentinel names the primary it found.
+#[tokio::test]
+async fn config_check_connects_through_sentinel() {
+    let setup = tests::SentinelSetup::start(0, 1);
+    let fresh = TestDb::create().await;
+    let user = ring_env("usr1");
+    let admission = ring_env("adm1");
+    let migrated = origin(&["migrate"], &[("DATABASE_URL", &fresh.url)]);
+    assert!(migrated.status.success(), "{}", text(&migrated));
+    let origin::configuration::RedisTarget::Sentinel { nodes, master } = setup.target() else {
+        unreachable!()
+    };
+    let nodes = nodes.join(",");
+    let out = origin(
+        &["config", "check", "--connect"],
+        &[
+            ("DATABASE_URL", &fresh.url),
+            ("REDIS_SENTINEL", &nodes),
+            ("REDIS_SENTINEL_MASTER", &master),
+            ("USER_TOKEN_KEYS", &user),
+            ("ADMISSION_TOKEN_KEYS", &admission),
+        ],
+    );
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let primary = format!("at 127.0.0.1:{} via 1 sentinel(s)", setup.primary.port);
+    assert!(all.contains(&primary), "missing {primary:?} in:\n{all}");
+}
+
 #[tokio::test]
 async fn config_check_connects_and_names_unapplied_migrations() {
     let fresh = TestDb::create().await;

@@ -10,22 +10,10 @@ use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tests::{AppOptions, TestApp, sale_spec};
 
-const SECRET: &str = "whsec_test";
+const SECRET: &str = tests::WEBHOOK_SECRET;
 
 async fn webhook(app: &TestApp, body: &str, sig: Option<String>) -> (u16, Value) {
-    let mut req = app
-        .client
-        .post(format!("{}/webhooks/payments", app.addr))
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    if let Some(s) = sig {
-        req = req.header("Payment-Signature", s);
-    }
-    let res = req.send().await.unwrap();
-    (
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    )
+    app.webhook(body, sig).await
 }
 
 fn event(id: &str, kind: &str, payment: &str, amount: i64) -> String {
@@ -38,17 +26,7 @@ fn signed(body: &str) -> Option<String> {
 }
 
 async fn purchase(app: &TestApp, id: &str, token: &str) -> (u16, Value) {
-    let res = app
-        .client
-        .post(format!("{}/api/reservations/{id}/purchase", app.addr))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    (
-        res.status().as_u16(),
-        res.json().await.unwrap_or(Value::Null),
-    )
+    app.purchase(id, token).await
 }
 
 async fn reserve_one(app: &TestApp, sale: &str, acct: &str) -> (String, String) {
