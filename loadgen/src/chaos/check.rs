@@ -636,12 +636,66 @@ pub struct CheckArgs {
     pub fault_start_ms: Option<u64>,
     #[arg(long, requires = "fault_start_ms")]
     pub fault_end_ms: Option<u64>,
-    /// Where the figures go (JSON); printed too.
-    #[arg(long)]
-    pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub row: RowArgs,
 }
 
-/// Connects like `origin serve` (environment), reads the end state, checks.
+/// Names a row of RELIABILITY.md and where its file goes.
+#[derive(Args, Clone, Debug)]
+pub struct RowArgs {
+    /// The row's name (e.g. `origin-kill`).
+    #[arg(long)]
+    pub row: String,
+    /// What was done, in words.
+    #[arg(long)]
+    pub fault: String,
+    /// Acknowledged holds lost fail this row.
+    #[arg(long)]
+    pub must_keep_acks: bool,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 0)]
+    pub seconds: u64,
+    /// Where the row goes (JSON, for `chaos report`).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+}
+
+impl RowArgs {
+    /// Writes the row; prints its figures in one line.
+    pub fn write(&self, figures: Option<Figures>, not_run: Option<String>) -> anyhow::Result<()> {
+        let row = super::report::Row {
+            row: self.row.clone(),
+            fault: self.fault.clone(),
+            not_run,
+            figures,
+            must_keep_acks: self.must_keep_acks,
+            seconds: self.seconds,
+        };
+        std::fs::write(&self.out, serde_json::to_string_pretty(&row)?)?;
+        match &row.figures {
+            Some(f) => eprintln!(
+                "{}: requests {}, 202s {}, acks lost {}, oversold {}, units lost {}, double effects {}, \
+                 limit breaches {}, replays answered otherwise {}, recovered after {:?} / {:?} ms",
+                row.row,
+                f.requests,
+                f.accepted,
+                f.acks_lost.count,
+                f.oversold.count,
+                f.lost_units.count,
+                f.double_effects.count,
+                f.limit_breaches.count,
+                f.replays_answered_otherwise.count,
+                f.recover_202_ms,
+                f.recover_lag_ms
+            ),
+            None => eprintln!("{}: not run: {}", row.row, row.not_run.unwrap_or_default()),
+        }
+        Ok(())
+    }
+}
+
+/// Connects like `origin serve` (environment), reads the end state, checks,
+/// writes the row.
 pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
     let state =
         origin::state::AppState::connect(origin::configuration::Settings::from_env()?).await?;
@@ -657,13 +711,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
         .fault_start_ms
         .zip(args.fault_end_ms)
         .map(|(start_ms, end_ms)| FaultWindow { start_ms, end_ms });
-    let figures = check(&history, &end, fault);
-    let text = serde_json::to_string_pretty(&figures)?;
-    if let Some(out) = &args.out {
-        std::fs::write(out, &text)?;
-    }
-    println!("{text}");
-    Ok(())
+    args.row.write(Some(check(&history, &end, fault)), None)
 }
 
 /// Waits until the sale is quiet: settlement drained and no unpaid hold

@@ -24,8 +24,10 @@ pub enum ChaosCommand {
     /// Waits until settlement has drained and every unpaid hold has
     /// expired, in Redis and in Postgres (bounded).
     Wait(WaitArgs),
-    /// Checks a history against Redis and Postgres; prints the figures.
+    /// Checks a history against Redis and Postgres; writes the row.
     Check(check::CheckArgs),
+    /// Writes the row of a fault that could not be injected, saying why.
+    Skip(SkipArgs),
     /// Writes the table of several rows (Markdown); fails if any row broke
     /// an invariant.
     Report(report::ReportArgs),
@@ -39,6 +41,15 @@ pub struct WaitArgs {
     max_seconds: u64,
 }
 
+#[derive(Args)]
+pub struct SkipArgs {
+    #[command(flatten)]
+    row: check::RowArgs,
+    /// Why the row did not run.
+    #[arg(long)]
+    reason: String,
+}
+
 pub async fn run(cmd: ChaosCommand) -> anyhow::Result<()> {
     match cmd {
         ChaosCommand::Run(a) => load::run(a).await,
@@ -46,6 +57,7 @@ pub async fn run(cmd: ChaosCommand) -> anyhow::Result<()> {
             check::wait_quiet(&a.sale, std::time::Duration::from_secs(a.max_seconds)).await
         }
         ChaosCommand::Check(a) => check::run(a).await,
+        ChaosCommand::Skip(a) => a.row.write(None, Some(a.reason)),
         ChaosCommand::Report(a) => report::run(a),
     }
 }

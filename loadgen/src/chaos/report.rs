@@ -12,12 +12,12 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::check::{Figures, Finding};
 
-/// One row as `scripts/chaos` writes it.
-#[derive(Debug, Deserialize)]
+/// One row, as `chaos check` (or `chaos skip`) writes it.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Row {
     pub row: String,
     /// What was done, in words.
