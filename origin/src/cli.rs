@@ -589,6 +589,16 @@ async fn connections(settings: &Settings) -> Vec<(&'static str, anyhow::Result<S
             configuration::RedisTarget::Cluster(n) => {
                 format!("{pong}, cluster via {} seed(s)", n.len())
             }
+            configuration::RedisTarget::Sentinel { nodes, master } => {
+                let primary = match &conn {
+                    store::RedisConn::Sentinel(c) => c.primary().1,
+                    _ => "?".into(),
+                };
+                format!(
+                    "{pong}, primary {master:?} at {primary} via {} sentinel(s)",
+                    nodes.len()
+                )
+            }
         })
     };
     let (pg, redis) = tokio::join!(pg, redis);

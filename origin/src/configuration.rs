@@ -61,6 +61,30 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "comma-separated seeds of a Redis Cluster, each `host:port` or `redis[s]://[user:password@]host:port`; when set, `REDIS_URL` is ignored",
     },
     EnvVar {
+        name: "REDIS_SENTINEL",
+        default: Fallback::Unset,
+        secret: true,
+        meaning: "comma-separated Redis Sentinels, each `host:port` or `redis[s]://[user:password@]host:port` (the credentials and TLS serve the sentinels and the primary alike): the origin asks them for `REDIS_SENTINEL_MASTER`'s primary and follows failovers by itself. Set with `REDIS_URL` or `REDIS_CLUSTER_NODES`: a configuration error naming both",
+    },
+    EnvVar {
+        name: "REDIS_SENTINEL_MASTER",
+        default: Fallback::Value("mymaster"),
+        secret: false,
+        meaning: "the primary's name in the sentinels' configuration (`sentinel monitor <name> …`); read only with `REDIS_SENTINEL`",
+    },
+    EnvVar {
+        name: "REDIS_ACK",
+        default: Fallback::Value("local"),
+        secret: false,
+        meaning: "`local`: a hold (cancel, payment confirm) is acknowledged once the primary has it; `wait`: only once `WAIT 1` says a replica has it too, else 503 `not_replicated` (`docs/operations.md` §9). `wait` needs `REDIS_URL` or `REDIS_SENTINEL` (refused with `REDIS_CLUSTER_NODES`)",
+    },
+    EnvVar {
+        name: "REDIS_ACK_TIMEOUT_MS",
+        default: Fallback::Value("100"),
+        secret: false,
+        meaning: "with `REDIS_ACK=wait`: how long one `WAIT` waits for a replica (1 to 5000); past it the requests it covers answer 503 `not_replicated`",
+    },
+    EnvVar {
         name: "REDIS_KEY_PREFIX",
         default: Fallback::Value("fs"),
         secret: false,
@@ -184,6 +208,18 @@ pub enum RedisTarget {
     /// `REDIS_CLUSTER_NODES`: seeds of a Redis Cluster, each `host:port` or
     /// a `redis://` URL (with credentials for AUTH).
     Cluster(Vec<String>),
+    /// `REDIS_SENTINEL` + `REDIS_SENTINEL_MASTER`: the sentinels (as
+    /// `redis://` URLs) and the name of the primary they watch.
+    Sentinel { nodes: Vec<String>, master: String },
+}
+
+/// When a write the client is told about counts as done (`REDIS_ACK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckMode {
+    /// Once the primary has it (Redis's own answer).
+    Local,
+    /// Once `WAIT 1 <timeout>` says a replica has it too (`crate::ack`).
+    Wait { timeout: Duration },
 }
 
 impl fmt::Debug for RedisTarget {
@@ -193,6 +229,14 @@ impl fmt::Debug for RedisTarget {
             RedisTarget::Cluster(nodes) => f
                 .debug_tuple("Cluster")
                 .field(&nodes.iter().map(|n| mask_url(n)).collect::<Vec<_>>())
+                .finish(),
+            RedisTarget::Sentinel { nodes, master } => f
+                .debug_struct("Sentinel")
+                .field(
+                    "nodes",
+                    &nodes.iter().map(|n| mask_url(n)).collect::<Vec<_>>(),
+                )
+                .field("master", master)
                 .finish(),
         }
     }
@@ -214,6 +258,12 @@ pub enum ConfigError {
         /// Already masked when the variable is secret.
         value: String,
         why: String,
+    },
+    #[error("{first} and {second} are both set: {why}")]
+    Conflict {
+        first: &'static str,
+        second: &'static str,
+        why: &'static str,
     },
     #[error(
         "USER_TOKEN_KEYS key {user_kid:?} and ADMISSION_TOKEN_KEYS key {admission_kid:?} are the same secret: the shop could mint admit tokens"
@@ -250,6 +300,8 @@ impl std::error::Error for ConfigErrors {}
 pub struct Settings {
     pub database_url: SecretString,
     pub redis: RedisTarget,
+    /// When a client is told about a write (`REDIS_ACK`).
+    pub redis_ack: AckMode,
     pub key_prefix: String,
     pub user_keys: KeyRing,
     pub admission_keys: KeyRing,
@@ -332,37 +384,121 @@ fn strip_url_from(message: &str, url: &str) -> String {
     message.replace(url, "<url>")
 }
 
-/// `REDIS_CLUSTER_NODES` if set, else `REDIS_URL` (default local Redis).
+/// The seeds of a comma-separated list (`REDIS_CLUSTER_NODES`,
+/// `REDIS_SENTINEL`) as `redis://` URLs; each entry `host:port` or a URL.
+fn redis_seeds(name: &'static str, list: &str) -> Result<Vec<String>, ConfigError> {
+    let mut urls = Vec::new();
+    for n in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let url = if n.contains("://") {
+            n.to_string()
+        } else {
+            let ok = n
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(ConfigError::Invalid {
+                    var: name,
+                    value: mask_url(n),
+                    why: "each entry must be host:port or redis://host:port".into(),
+                });
+            }
+            format!("redis://{n}")
+        };
+        check_redis_url(name, &url)?;
+        urls.push(url);
+    }
+    if urls.is_empty() {
+        return Err(ConfigError::Missing(name));
+    }
+    Ok(urls)
+}
+
+/// Where Redis is. Precedence: `REDIS_SENTINEL` together with
+/// `REDIS_CLUSTER_NODES` or an explicitly set `REDIS_URL` is an error naming
+/// both (two answers to one question); `REDIS_CLUSTER_NODES` wins over
+/// `REDIS_URL` (as before Sentinel existed, so existing deployments keep
+/// working); else `REDIS_URL` (default local Redis).
 pub fn redis_target() -> Result<RedisTarget, ConfigError> {
+    if let Some(sentinels) = var("REDIS_SENTINEL") {
+        for other in ["REDIS_CLUSTER_NODES", "REDIS_URL"] {
+            if var(other).is_some() {
+                return Err(ConfigError::Conflict {
+                    first: "REDIS_SENTINEL",
+                    second: other,
+                    why: "the origin reaches Redis through exactly one of them; unset one",
+                });
+            }
+        }
+        let nodes = redis_seeds("REDIS_SENTINEL", &sentinels)?;
+        let master = var_or_default("REDIS_SENTINEL_MASTER").trim().to_string();
+        let ok = !master.is_empty()
+            && master.len() <= 128
+            && master.bytes().all(|b| b.is_ascii_graphic());
+        if !ok {
+            return Err(ConfigError::Invalid {
+                var: "REDIS_SENTINEL_MASTER",
+                value: master,
+                why: "a primary name as in `sentinel monitor <name>` (visible ASCII, at most 128)"
+                    .into(),
+            });
+        }
+        return Ok(RedisTarget::Sentinel { nodes, master });
+    }
     if let Some(nodes) = var("REDIS_CLUSTER_NODES") {
-        let mut urls = Vec::new();
-        for n in nodes.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let url = if n.contains("://") {
-                n.to_string()
-            } else {
-                let ok = n
-                    .rsplit_once(':')
-                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-                if !ok {
-                    return Err(ConfigError::Invalid {
-                        var: "REDIS_CLUSTER_NODES",
-                        value: mask_url(n),
-                        why: "each entry must be host:port or redis://host:port".into(),
-                    });
-                }
-                format!("redis://{n}")
-            };
-            check_redis_url("REDIS_CLUSTER_NODES", &url)?;
-            urls.push(url);
-        }
-        if urls.is_empty() {
-            return Err(ConfigError::Missing("REDIS_CLUSTER_NODES"));
-        }
-        return Ok(RedisTarget::Cluster(urls));
+        return Ok(RedisTarget::Cluster(redis_seeds(
+            "REDIS_CLUSTER_NODES",
+            &nodes,
+        )?));
     }
     let url = var_or_default("REDIS_URL");
     check_redis_url("REDIS_URL", &url)?;
     Ok(RedisTarget::Single(url))
+}
+
+/// The longest `REDIS_ACK_TIMEOUT_MS`: a request waits at most this for a
+/// replica before answering 503.
+pub const MAX_ACK_TIMEOUT_MS: u64 = 5_000;
+
+/// `REDIS_ACK` (+ `REDIS_ACK_TIMEOUT_MS` for `wait`).
+pub fn redis_ack() -> Result<AckMode, ConfigError> {
+    match var_or_default("REDIS_ACK").trim() {
+        "local" => Ok(AckMode::Local),
+        "wait" => {
+            let text = var_or_default("REDIS_ACK_TIMEOUT_MS");
+            text.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|ms| (1..=MAX_ACK_TIMEOUT_MS).contains(ms))
+                .map(|ms| AckMode::Wait {
+                    timeout: Duration::from_millis(ms),
+                })
+                .ok_or(ConfigError::Invalid {
+                    var: "REDIS_ACK_TIMEOUT_MS",
+                    value: text,
+                    // 0 would make WAIT block forever.
+                    why: format!("1 to {MAX_ACK_TIMEOUT_MS} milliseconds"),
+                })
+        }
+        other => Err(ConfigError::Invalid {
+            var: "REDIS_ACK",
+            value: other.into(),
+            why: "use local or wait".into(),
+        }),
+    }
+}
+
+/// `REDIS_ACK=wait` needs one primary per origin connection: on a Cluster a
+/// hold's replication would have to be awaited on the primary of each
+/// shard's slot, which `crate::ack` does not do, so the pair is refused.
+fn ack_fits_target(ack: AckMode, target: &RedisTarget) -> Result<(), ConfigError> {
+    match (ack, target) {
+        (AckMode::Wait { .. }, RedisTarget::Cluster(_)) => Err(ConfigError::Conflict {
+            first: "REDIS_ACK=wait",
+            second: "REDIS_CLUSTER_NODES",
+            why: "wait is built for one primary (REDIS_URL or REDIS_SENTINEL); on a Cluster use REDIS_ACK=local",
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn check_redis_url(name: &'static str, url: &str) -> Result<(), ConfigError> {
@@ -537,6 +673,10 @@ impl Settings {
         let addr = keep(e, origin_addr());
         let database_url = keep(e, database_url());
         let redis = keep(e, redis_target());
+        let redis_ack = keep(e, redis_ack());
+        if let (Some(ack), Some(target)) = (redis_ack, &redis) {
+            keep(e, ack_fits_target(ack, target));
+        }
         let key_prefix = keep(e, key_prefix());
         let user_keys = keep(e, key_ring("USER_TOKEN_KEYS"));
         let admission_keys = keep(e, key_ring("ADMISSION_TOKEN_KEYS"));
@@ -569,7 +709,7 @@ impl Settings {
         match (
             addr,
             database_url,
-            redis,
+            redis.zip(redis_ack),
             key_prefix,
             user_keys,
             admission_keys,
@@ -587,7 +727,7 @@ impl Settings {
             (
                 Some(addr),
                 Some(database_url),
-                Some(redis),
+                Some((redis, redis_ack)),
                 Some(key_prefix),
                 Some(user_keys),
                 Some(admission_keys),
@@ -604,6 +744,7 @@ impl Settings {
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
+                redis_ack,
                 key_prefix,
                 user_keys,
                 admission_keys,
@@ -666,6 +807,8 @@ fn describe_ring(text: &str) -> String {
 /// masked (URL passwords, keys by kid only, webhook secrets by count).
 pub fn effective() -> Vec<Effective> {
     let cluster = var("REDIS_CLUSTER_NODES").is_some();
+    let sentinel = var("REDIS_SENTINEL").is_some();
+    let wait = var_or_default("REDIS_ACK").trim() == "wait";
     ENV_VARS
         .iter()
         .map(|v| {
@@ -688,7 +831,7 @@ pub fn effective() -> Vec<Effective> {
                     let n = webhook_secrets().len();
                     format!("**** ({n} secret{})", if n == 1 { "" } else { "s" })
                 }
-                "REDIS_CLUSTER_NODES" => value
+                "REDIS_CLUSTER_NODES" | "REDIS_SENTINEL" => value
                     .split(',')
                     .map(|n| mask_url(n.trim()))
                     .collect::<Vec<_>>()
@@ -698,6 +841,12 @@ pub fn effective() -> Vec<Effective> {
             };
             if v.name == "REDIS_URL" && cluster {
                 shown.push_str(" (ignored: REDIS_CLUSTER_NODES is set)");
+            }
+            if v.name == "REDIS_SENTINEL_MASTER" && !sentinel {
+                shown.push_str(" (unused: REDIS_SENTINEL is not set)");
+            }
+            if v.name == "REDIS_ACK_TIMEOUT_MS" && !wait {
+                shown.push_str(" (unused: REDIS_ACK is not wait)");
             }
             Effective {
                 name: v.name,
@@ -722,6 +871,11 @@ pub fn warnings(settings: &Settings) -> Vec<String> {
             "ORIGIN_ADDR {} is loopback-only: nothing outside this host (or container) can reach it",
             settings.addr
         ));
+    }
+    if settings.redis_ack == AckMode::Local
+        && matches!(settings.redis, RedisTarget::Sentinel { .. })
+    {
+        w.push("REDIS_ACK=local with REDIS_SENTINEL: a failover loses the holds acknowledged in the moment before it that had not reached the replica (REDIS_ACK=wait prevents that)".into());
     }
     if settings.settle_claim_idle < Duration::from_secs(5) {
         w.push("SETTLE_CLAIM_IDLE_MS below 5 s: a slow but live worker's batch may be taken over (safe, but wasted work)".into());
@@ -766,7 +920,11 @@ mod tests {
     fn settings_debug_shows_no_secret() {
         let s = Settings {
             database_url: SecretString::from("postgres://a:pw-db-secret@h/d".to_string()),
-            redis: RedisTarget::Cluster(vec!["redis://:pw-redis-secret@h:1".into()]),
+            redis: RedisTarget::Sentinel {
+                nodes: vec!["redis://:pw-redis-secret@h:1".into()],
+                master: "mymaster".into(),
+            },
+            redis_ack: AckMode::Local,
             key_prefix: "fs".into(),
             user_keys: KeyRing::from_keys(&[("u1", &[1u8; 32])]).unwrap(),
             admission_keys: KeyRing::from_keys(&[("a1", &[2u8; 32])]).unwrap(),

@@ -31,6 +31,7 @@ pub const ERROR_CODES: &[&str] = &[
     "malformed_event",
     "malformed_json",
     "not_found",
+    "not_replicated",
     "not_ready",
     "overloaded",
     "payment_not_found",
@@ -186,6 +187,16 @@ impl From<redis::RedisError> for ApiError {
         ApiError::unavailable(
             "redis_unavailable",
             "the reservation service is briefly unavailable",
+        )
+    }
+}
+
+impl From<crate::ack::AckError> for ApiError {
+    fn from(e: crate::ack::AckError) -> Self {
+        tracing::warn!(error = %e, "write not acknowledged (REDIS_ACK=wait)");
+        ApiError::unavailable(
+            "not_replicated",
+            "the change is not yet safe on a replica; retry (with the same Idempotency-Key)",
         )
     }
 }

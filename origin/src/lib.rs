@@ -2,6 +2,7 @@
 //! Postgres as the truth behind it. See each module's doc for the
 //! invariants it keeps; `reservations` holds the core protocol.
 
+pub mod ack;
 pub mod audit;
 pub mod auth;
 pub mod bodies;
@@ -9,6 +10,7 @@ pub mod cli;
 pub mod configuration;
 pub mod db;
 pub mod error;
+pub mod failover;
 pub mod load;
 pub mod openapi;
 pub mod outbox;

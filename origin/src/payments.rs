@@ -48,6 +48,7 @@ use serde_json::json;
 use sha2::Sha256;
 use sqlx::PgPool;
 
+use crate::ack::FactKind;
 use crate::reservations::{Engine, ReservationId};
 use crate::sales::Sale;
 
@@ -240,6 +241,10 @@ pub enum ApplyError {
     Db(#[from] sqlx::Error),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// `REDIS_ACK=wait`: the confirm did not reach a replica in time; it
+    /// was undone and nothing was recorded (the provider delivers again).
+    #[error("{0}")]
+    NotReplicated(#[from] crate::ack::AckError),
 }
 
 #[derive(sqlx::FromRow)]
@@ -313,10 +318,25 @@ pub async fn apply_event(
         let sale = sale_of(&pay.sale_id).await;
         // Confirmed in Redis while the lock is held: only this transaction
         // can now record (or fail to record) the sale.
-        let confirmed = match &sale {
+        let confirmed_on = match &sale {
             Some(sale) => confirm_hold(engine, sale, &pay.reservation_id, false).await?,
-            None => false,
+            None => None,
         };
+        let confirmed = confirmed_on.is_some();
+        // REDIS_ACK=wait: the sale is recorded only once a replica has the
+        // confirm (a failover must not hand the unit back to expiry while
+        // Postgres says paid). If not: roll back, undo the confirm under the
+        // locks (`compensate`), and let the provider deliver again.
+        if let (Some(keys), Some(sale)) = (confirmed_on, &sale) {
+            let acked = engine
+                .acknowledge(keys, &pay.reservation_id, FactKind::Paid)
+                .await;
+            if let Err(e) = acked {
+                drop(tx);
+                compensate(pool, engine, sale, &pay.reservation_id).await;
+                return Err(e.into());
+            }
+        }
         match record_success(tx, &pay, event, confirmed).await {
             Ok(RecordedSuccess { applied, unsold }) => {
                 if unsold && let Some(sale) = &sale {
@@ -428,19 +448,19 @@ async fn write_success(
     })
 }
 
-/// confirm.lua on the hold's shard; `false` when the hold is gone, expired
-/// (unless `force`) or unknown.
-async fn confirm_hold(
+/// confirm.lua on the hold's shard; the keys of the shard it confirmed the
+/// hold on, `None` when the hold is gone, expired (unless `force`) or unknown.
+async fn confirm_hold<'s>(
     engine: &Engine,
-    sale: &Sale,
+    sale: &'s Sale,
     reservation_id: &str,
     force: bool,
-) -> Result<bool, redis::RedisError> {
+) -> Result<Option<&'s crate::store::ShardKeys>, redis::RedisError> {
     let Some(rid) = ReservationId::parse(reservation_id) else {
-        return Ok(false);
+        return Ok(None);
     };
     let Some((shard, _)) = engine.find_hold(sale, reservation_id, rid.home).await? else {
-        return Ok(false);
+        return Ok(None);
     };
     let mut conn = engine.conn.clone();
     let r: i64 = engine
@@ -451,7 +471,7 @@ async fn confirm_hold(
         .arg(if force { "1" } else { "0" })
         .invoke_async(&mut conn)
         .await?;
-    Ok(r == 1)
+    Ok((r == 1).then(|| &sale.shards[shard]))
 }
 
 /// The compensation of a confirm whose transaction did not record the sale:

@@ -49,6 +49,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redis::{RedisError, Value};
 use serde::Serialize;
 
+use crate::ack::{AckError, Acker, Fact, FactKind};
 use crate::sales::Sale;
 use crate::store::{self, RedisConn, Scripts, ShardKeys};
 
@@ -177,6 +178,8 @@ fn held(r: &[Value], sale: &str, replay: bool) -> Hold {
 pub struct Engine {
     pub conn: RedisConn,
     pub scripts: Scripts,
+    /// `REDIS_ACK=wait`: what a client is told waits for a replica.
+    pub acker: Option<Acker>,
 }
 
 /// One reservation request, as the engine's steps need it.
@@ -233,6 +236,21 @@ pub enum Took {
 }
 
 impl Engine {
+    /// Before a client is told `kind` about hold `id` on the shard of
+    /// `keys`: with `REDIS_ACK=wait`, waits until a replica has it
+    /// (`crate::ack`); with `local`, at once.
+    pub async fn acknowledge(
+        &self,
+        keys: &ShardKeys,
+        id: &str,
+        kind: FactKind,
+    ) -> Result<(), AckError> {
+        match &self.acker {
+            None => Ok(()),
+            Some(acker) => acker.confirm(Fact::new(keys, id, kind)).await,
+        }
+    }
+
     /// One reservation attempt; see the module doc for the protocol. The
     /// steps are public so tests can stop between them, as a crash would.
     pub async fn reserve(

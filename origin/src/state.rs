@@ -13,7 +13,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use crate::configuration::Settings;
+use crate::ack::Acker;
+use crate::configuration::{AckMode, Settings};
 use crate::db::{migrate_or_check, pg_pool};
 use crate::reservations::Engine;
 use crate::sales::SaleRegistry;
@@ -67,13 +68,19 @@ impl AppState {
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
         let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
         migrate_or_check(&pool, settings.auto_migrate).await?;
-        let conn = store::connect(&settings.redis)
-            .await
-            .context("Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES)")?;
+        let conn = store::connect(&settings.redis).await.context(
+            "Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES / REDIS_SENTINEL)",
+        )?;
         Ok(AppState(Arc::new(Inner {
             engine: Arc::new(Engine {
                 conn,
                 scripts: Scripts::load(),
+                acker: match settings.redis_ack {
+                    AckMode::Local => None,
+                    AckMode::Wait { timeout } => {
+                        Some(Acker::start(settings.redis.clone(), timeout))
+                    }
+                },
             }),
             sales: Arc::new(SaleRegistry::new(pool.clone(), settings.key_prefix.clone())),
             pool,

@@ -18,12 +18,15 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::configuration::RedisTarget;
+use crate::failover::{SentinelConn, SentinelSource};
 
-/// A connection to either deployment shape; the code path above it is the same.
+/// A connection to any deployment shape; the code path above it is the same.
 #[derive(Clone)]
 pub enum RedisConn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The primary Redis Sentinel names, followed across failovers.
+    Sentinel(SentinelConn),
 }
 
 impl ConnectionLike for RedisConn {
@@ -31,6 +34,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.req_packed_command(cmd),
             RedisConn::Cluster(c) => c.req_packed_command(cmd),
+            RedisConn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -43,6 +47,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -50,6 +55,7 @@ impl ConnectionLike for RedisConn {
         match self {
             RedisConn::Single(c) => c.get_db(),
             RedisConn::Cluster(c) => c.get_db(),
+            RedisConn::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -58,8 +64,24 @@ impl ConnectionLike for RedisConn {
 const RESPONSE_TIMEOUT: Duration = Duration::from_millis(2_000);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+fn sentinel_source(
+    nodes: &[String],
+    master: &str,
+    response_timeout: Duration,
+) -> redis::RedisResult<SentinelSource> {
+    SentinelSource::new(
+        nodes,
+        master,
+        redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(response_timeout))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT)),
+    )
+}
+
 /// Connects to Redis. For a single Redis the manager reconnects by itself
-/// after an outage, so the origin serves again once Redis is back.
+/// after an outage, so the origin serves again once Redis is back; through
+/// Sentinel the connection follows the primary to its new address after a
+/// failover (`crate::failover`).
 pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
     match target {
         RedisTarget::Single(url) => {
@@ -91,6 +113,37 @@ pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
                 .build()?;
             Ok(RedisConn::Cluster(client.get_async_connection().await?))
         }
+        RedisTarget::Sentinel { nodes, master } => Ok(RedisConn::Sentinel(
+            SentinelConn::connect(sentinel_source(nodes, master, RESPONSE_TIMEOUT)?).await?,
+        )),
+    }
+}
+
+/// A plain connection of its own to the (current) primary, which never
+/// reconnects by itself: two commands sent on it in turn went over one TCP
+/// connection or the second failed — what `WAIT` needs (`crate::ack`).
+/// `response_timeout` must exceed the longest command sent on it.
+pub async fn connect_dedicated(
+    target: &RedisTarget,
+    response_timeout: Duration,
+) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(response_timeout))
+        .set_connection_timeout(Some(CONNECT_TIMEOUT));
+    match target {
+        RedisTarget::Single(url) => {
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        }
+        RedisTarget::Sentinel { nodes, master } => {
+            let source = sentinel_source(nodes, master, response_timeout)?;
+            Ok(source.connect_primary().await?.1)
+        }
+        RedisTarget::Cluster(_) => Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a dedicated connection needs one primary (REDIS_URL or REDIS_SENTINEL)",
+        ))),
     }
 }
 
@@ -108,6 +161,9 @@ pub struct ShardKeys {
     pub unquota: String,
     /// Settlement entries that could not be read (parked, not lost).
     pub dead_letter: String,
+    /// The barrier counter `REDIS_ACK=wait` writes before its `WAIT`
+    /// (`lua/ack.lua`).
+    pub ack: String,
 }
 
 impl ShardKeys {
@@ -122,6 +178,7 @@ impl ShardKeys {
             stream: format!("{base}:stream"),
             unquota: format!("{base}:unquota"),
             dead_letter: format!("{base}:dlq"),
+            ack: format!("{base}:ack"),
             base,
         }
     }
@@ -242,7 +299,7 @@ pub fn choose_tags(
 /// The slot ranges of each master, ordered by their lowest slot; empty for a
 /// single Redis.
 pub async fn master_slot_ranges(conn: &mut RedisConn) -> redis::RedisResult<Vec<Vec<(u16, u16)>>> {
-    if matches!(conn, RedisConn::Single(_)) {
+    if !matches!(conn, RedisConn::Cluster(_)) {
         return Ok(vec![]);
     }
     // CLUSTER SLOTS: [[start, end, [host, port, id], replicas…], …]
@@ -320,12 +377,11 @@ mod tests {
     #[test]
     fn every_shard_key_shares_the_tag() {
         let k = ShardKeys::new("p", "p/s/0");
-        for key in k
-            .all()
-            .iter()
-            .copied()
-            .chain([k.idem("a", "b").as_str(), k.spill_marker("h").as_str()])
-        {
+        for key in k.all().iter().copied().chain([
+            k.idem("a", "b").as_str(),
+            k.spill_marker("h").as_str(),
+            k.ack.as_str(),
+        ]) {
             assert!(key.contains("{p/s/0}"), "{key}");
         }
     }

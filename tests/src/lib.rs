@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use origin::configuration::{RedisTarget, Settings};
+use origin::configuration::{AckMode, RedisTarget, Settings};
 use origin::sales::{SaleConfig, SaleSpec};
 use origin::startup::{Application, Workers};
 use origin::state::AppState;
@@ -189,6 +189,7 @@ pub struct TestApp {
 #[derive(Clone)]
 pub struct AppOptions {
     pub redis: RedisTarget,
+    pub redis_ack: AckMode,
     pub workers: Workers,
     pub max_in_flight: usize,
     pub sweep_interval: Duration,
@@ -199,6 +200,7 @@ impl Default for AppOptions {
     fn default() -> Self {
         AppOptions {
             redis: RedisTarget::Single(redis_url()),
+            redis_ack: AckMode::Local,
             workers: Workers::ALL,
             max_in_flight: 1_000_000,
             sweep_interval: Duration::from_millis(200),
@@ -221,6 +223,7 @@ impl TestApp {
         let settings = Settings {
             database_url: db.url.clone().into(),
             redis: opts.redis.clone(),
+            redis_ack: opts.redis_ack,
             key_prefix: prefix.clone(),
             user_keys: ring("usr1"),
             admission_keys: ring("adm1"),
@@ -391,7 +394,9 @@ impl TestApp {
                 .query_async(&mut conn)
                 .await
                 .unwrap(),
-            RedisTarget::Cluster(_) => panic!("snapshots are taken on a single Redis"),
+            RedisTarget::Cluster(_) | RedisTarget::Sentinel { .. } => {
+                panic!("snapshots are taken on a single Redis")
+            }
         };
         let mut out = Vec::new();
         for k in keys {
@@ -682,6 +687,232 @@ impl RedisCluster {
     }
 }
 
+/// A Redis Sentinel owned by a test (`redis-sentinel`, or `redis-server
+/// --sentinel` where the package is missing), its config file in its own
+/// directory (Sentinel rewrites it); killed on drop.
+pub struct SentinelServer {
+    pub port: u16,
+    _dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl SentinelServer {
+    /// Starts one watching `master` at `127.0.0.1:primary_port` with the
+    /// short timeouts the tests need (down after 1 s, failover timeout 4 s).
+    fn start(master: &str, primary_port: u16, quorum: usize) -> SentinelServer {
+        for _ in 0..10 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = free_cluster_port();
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n\
+                     sentinel down-after-milliseconds {master} 1000\n\
+                     sentinel failover-timeout {master} 4000\n\
+                     sentinel parallel-syncs {master} 2\n",
+                    dir = dir.path().display()
+                ),
+            )
+            .unwrap();
+            let spawn = |bin: &str, extra: &[&str]| {
+                Command::new(bin)
+                    .arg(&conf)
+                    .args(extra)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+            };
+            let mut child = spawn("redis-sentinel", &[])
+                .or_else(|_| spawn("redis-server", &["--sentinel"]))
+                .expect("redis-sentinel or redis-server on PATH (scripts/setup installs them)");
+            let to = [
+                "-h".into(),
+                "127.0.0.1".into(),
+                "-p".into(),
+                port.to_string(),
+            ];
+            if wait_for_own_redis(&to, &mut child).is_ok() {
+                return SentinelServer {
+                    port,
+                    _dir: dir,
+                    child: Some(child),
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("no free port a sentinel could keep in 10 tries");
+    }
+
+    /// `SENTINEL <args…>` on this sentinel, as text lines.
+    pub fn ask(&self, args: &[&str]) -> Vec<String> {
+        let mut all = vec!["--raw", "SENTINEL"];
+        all.extend(args);
+        redis_cli(self.port, &all)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for SentinelServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A primary, its replicas (`--replicaof`) and sentinels watching them,
+/// all on free loopback ports, for failover tests. Ready when every
+/// replica is in sync and every sentinel knows every replica and every
+/// other sentinel (so a quorum can vote at once).
+pub struct SentinelSetup {
+    pub master: String,
+    pub primary: RedisServer,
+    pub replicas: Vec<RedisServer>,
+    pub sentinels: Vec<SentinelServer>,
+}
+
+impl SentinelSetup {
+    pub fn start(replicas: usize, sentinels: usize) -> SentinelSetup {
+        let master = "fsmaster".to_string();
+        let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
+        let port = primary.port.to_string();
+        let replicas: Vec<RedisServer> = (0..replicas)
+            .map(|_| {
+                RedisServer::start_on_free_cluster_port(&[
+                    "--appendonly",
+                    "no",
+                    "--replicaof",
+                    "127.0.0.1",
+                    &port,
+                ])
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for r in &replicas {
+            while !redis_cli(r.port, &["INFO", "replication"]).contains("master_link_status:up") {
+                assert!(Instant::now() < deadline, "replica {} never synced", r.port);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let quorum = sentinels / 2 + 1;
+        let sentinels: Vec<SentinelServer> = (0..sentinels)
+            .map(|_| SentinelServer::start(&master, primary.port, quorum))
+            .collect();
+        let setup = SentinelSetup {
+            master,
+            primary,
+            replicas,
+            sentinels,
+        };
+        for s in &setup.sentinels {
+            loop {
+                let info = s.ask(&["master", &setup.master]);
+                let field = |name: &str| {
+                    info.iter()
+                        .position(|l| l == name)
+                        .and_then(|i| info.get(i + 1))
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .unwrap_or(0)
+                };
+                if field("num-slaves") == setup.replicas.len()
+                    && field("num-other-sentinels") + 1 == setup.sentinels.len()
+                {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "sentinel {} never saw the whole setup: {info:?}",
+                    s.port
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        setup
+    }
+
+    /// Where the origin finds it: `REDIS_SENTINEL` + `REDIS_SENTINEL_MASTER`.
+    pub fn target(&self) -> RedisTarget {
+        RedisTarget::Sentinel {
+            nodes: self
+                .sentinels
+                .iter()
+                .map(|s| format!("redis://127.0.0.1:{}", s.port))
+                .collect(),
+            master: self.master.clone(),
+        }
+    }
+
+    /// The port of the primary the (first answering) sentinel names.
+    pub fn primary_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            s.ask(&["get-master-addr-by-name", &self.master])
+                .get(1)
+                .and_then(|p| p.parse().ok())
+        })
+    }
+
+    /// Waits until the sentinels name a primary other than `old`; its port.
+    pub fn wait_for_failover(&self, old: u16, limit: Duration) -> u16 {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(p) = self.primary_port().filter(|p| *p != old) {
+                return p;
+            }
+            assert!(Instant::now() < deadline, "no failover within {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Cuts every replica off the primary while the primary keeps serving
+    /// the connections it has (the origin's, the sentinels'): it starts
+    /// asking a password no replica knows and drops the replicas' links,
+    /// which then cannot come back. Writes from now on reach no replica.
+    pub fn cut_replicas_off(&self) {
+        let pw = uuid::Uuid::new_v4().simple().to_string();
+        let set = redis_cli(self.primary.port, &["CONFIG", "SET", "requirepass", &pw]);
+        assert!(set.contains("OK"), "CONFIG SET requirepass: {set}");
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.primary.port.to_string()])
+            .args([
+                "--no-auth-warning",
+                "-a",
+                &pw,
+                "CLIENT",
+                "KILL",
+                "TYPE",
+                "replica",
+            ])
+            .output()
+            .expect("redis-cli");
+        let killed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            killed.trim().parse::<usize>().ok() == Some(self.replicas.len()),
+            "CLIENT KILL TYPE replica: {killed}"
+        );
+        for r in &self.replicas {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while redis_cli(r.port, &["INFO", "replication"]).contains("master_link_status:up") {
+                assert!(Instant::now() < deadline, "replica {} still linked", r.port);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// The server listening on `port` (the primary or a replica).
+    pub fn server(&self, port: u16) -> &RedisServer {
+        std::iter::once(&self.primary)
+            .chain(&self.replicas)
+            .find(|s| s.port == port)
+            .expect("a server of this setup")
+    }
+}
+
 /// The repository root (for scripts and binaries).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -885,6 +1116,7 @@ impl OriginProcess {
         let redis_env = match &app.redis {
             RedisTarget::Single(url) => ("REDIS_URL", url.clone()),
             RedisTarget::Cluster(seeds) => ("REDIS_CLUSTER_NODES", seeds.join(",")),
+            RedisTarget::Sentinel { nodes, .. } => ("REDIS_SENTINEL", nodes.join(",")),
         };
         let mut cmd = tokio::process::Command::new(bin);
         cmd.args(args)
@@ -901,6 +1133,9 @@ impl OriginProcess {
             .stdout(Stdio::null())
             .stderr(log.reopen().expect("log file"))
             .kill_on_drop(true);
+        if let RedisTarget::Sentinel { master, .. } = &app.redis {
+            cmd.env("REDIS_SENTINEL_MASTER", master);
+        }
         let child = cmd.spawn().expect("origin binary starts");
         OriginProcess {
             // Known once `serve` logs its port ([`OriginProcess::start`]).

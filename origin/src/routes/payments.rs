@@ -239,7 +239,7 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
         (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::openapi::ErrorBody),
         (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::openapi::ErrorBody),
         (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn webhook(
@@ -301,6 +301,7 @@ pub async fn webhook(
         }
         ApplyError::Db(d) => d.into(),
         ApplyError::Redis(r) => r.into(),
+        ApplyError::NotReplicated(a) => a.into(),
     })?;
     if applied == Applied::Paid || applied == Applied::RefundRequired {
         app.summaries.invalidate_all();

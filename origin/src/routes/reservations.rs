@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
+use crate::ack::FactKind;
 use crate::auth;
 use crate::error::ApiError;
 use crate::load::Ended;
@@ -48,7 +49,7 @@ fn rfc3339_ms(ms: u64) -> String {
         (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::openapi::ErrorBody),
         (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::openapi::ErrorBody),
         (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
-        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn create(
@@ -177,6 +178,14 @@ async fn create_inner(
     let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
     match app.engine.reserve(&sale, &claims.sub, qty, key).await? {
         Outcome::Held(hold) => {
+            // REDIS_ACK=wait: a 202 (new or replayed) only once a replica
+            // has the hold; else 503 and the retry replays this same hold.
+            let shard = sale.shards.get(hold.shard).ok_or_else(|| {
+                ApiError::Internal(anyhow::anyhow!("hold on unknown shard {}", hold.shard))
+            })?;
+            app.engine
+                .acknowledge(shard, &hold.reservation_id, FactKind::Held)
+                .await?;
             if flag.is_set() {
                 flag.set(false, Instant::now(), app.sales.epoch);
             }
@@ -330,7 +339,7 @@ pub async fn show(
         (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
         (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
         (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn cancel(
@@ -356,6 +365,10 @@ pub async fn cancel(
         .await?
     {
         Released::Now { qty } => {
+            // REDIS_ACK=wait: "cancelled" only once a replica has it.
+            app.engine
+                .acknowledge(&sale.shards[shard], &id, FactKind::Gone)
+                .await?;
             // Units are back: this process may sell again at once.
             app.sales
                 .flag(&sale.config.id)

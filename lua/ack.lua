@@ -1,0 +1,37 @@
+-- ack.lua — the barrier of one `REDIS_ACK=wait` round on one shard
+-- (origin/src/ack.rs): checks that this primary shows what the clients are
+-- about to be told, and writes the point the round's WAIT then waits for.
+--
+-- KEYS: 1 the shard's barrier counter (`<shard>:ack`), 2 the shard's holds
+--       hash (both under the shard's hash tag: one slot)
+-- ARGV: pairs (kind, hold id), kind one of
+--         'held'  the hold exists (any status): a 202, fresh or replayed
+--         'gone'  no such hold: a cancel
+--         'paid'  the hold exists and is paid: a payment's confirm
+-- Returns: one 1 (shown) or 0 (not shown) per pair, in order.
+--
+-- Writes INCR (and a day's expiry) on KEYS[1]. Redis replicates a script's
+-- effects in order within its one replication stream, so once a replica has
+-- this INCR it has every write this primary made before it, from whichever
+-- connection. The origin sends `WAIT 1 <timeout>` on the same connection
+-- right after: WAIT waits for that connection's last write, this INCR.
+-- A fact not shown here (the write went to a primary since replaced, or was
+-- undone meanwhile) is never acknowledged, whatever WAIT says.
+
+redis.call('INCR', KEYS[1])
+redis.call('EXPIRE', KEYS[1], 86400)
+local out = {}
+for i = 1, #ARGV, 2 do
+  local kind, id = ARGV[i], ARGV[i + 1]
+  local raw = redis.call('HGET', KEYS[2], id)
+  local shown
+  if kind == 'gone' then
+    shown = not raw
+  elseif kind == 'paid' then
+    shown = raw and cjson.decode(raw).s == 'paid'
+  else
+    shown = raw and true or false
+  end
+  out[#out + 1] = shown and 1 or 0
+end
+return out
