@@ -55,7 +55,7 @@ const CLOCK_SLACK_MS: i64 = 1_000;
 const EXAMPLES: usize = 5;
 
 /// A reservation row (Postgres).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct PgReservation {
     pub id: String,
     pub account: String,
@@ -67,7 +67,7 @@ pub struct PgReservation {
 }
 
 /// A payment row (Postgres).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct PgPayment {
     pub reservation_id: String,
     pub status: String,
@@ -98,6 +98,37 @@ pub struct Observed {
     /// The payment id of each outbox event about this sale's payments.
     pub outbox_payments: Vec<String>,
     pub shards: Vec<RedisShard>,
+}
+
+impl Observed {
+    /// The end state as JSON, kept beside the row for a post-mortem.
+    pub fn dump(&self) -> serde_json::Value {
+        let shards: Vec<serde_json::Value> = self
+            .shards
+            .iter()
+            .map(|s| {
+                let holds: BTreeMap<&str, serde_json::Value> = s
+                    .holds
+                    .iter()
+                    .map(|(id, h)| {
+                        let v = serde_json::json!({"a": h.account, "q": h.qty, "s": h.status,
+                                                   "k": h.idem, "h": h.home, "e": h.expires_ms});
+                        (id.as_str(), v)
+                    })
+                    .collect();
+                serde_json::json!({"stock": s.stock, "holds": holds, "users": s.users, "stream": s.stream})
+            })
+            .collect();
+        serde_json::json!({
+            "units": self.units,
+            "per_user_limit": self.per_user_limit,
+            "inventory": {"held": self.inventory.0, "sold": self.inventory.1},
+            "reservations": self.reservations,
+            "payments": self.payments,
+            "outbox_payments": self.outbox_payments,
+            "shards": shards,
+        })
+    }
 }
 
 /// Reads the end state of `sale`.
@@ -711,15 +742,25 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
         .fault_start_ms
         .zip(args.fault_end_ms)
         .map(|(start_ms, end_ms)| FaultWindow { start_ms, end_ms });
+    std::fs::write(
+        args.row.out.with_extension("state.json"),
+        serde_json::to_string(&end.dump())?,
+    )?;
     args.row.write(Some(check(&history, &end, fault)), None)
 }
 
 /// Waits until the sale is quiet: settlement drained and no unpaid hold
-/// left (each expired and swept), in both stores; bounded.
+/// left (each expired and swept), in both stores; bounded. Unpaid
+/// reservations Postgres keeps while Redis holds nothing and has nothing to
+/// settle will never be released by either store: once they have stood
+/// still for [`STRANDED_AFTER`], waiting longer changes nothing.
 pub async fn wait_quiet(sale_id: &str, max: std::time::Duration) -> anyhow::Result<()> {
+    use std::time::Instant;
     let state =
         origin::state::AppState::connect(origin::configuration::Settings::from_env()?).await?;
-    let deadline = std::time::Instant::now() + max;
+    let deadline = Instant::now() + max;
+    // (Postgres' unpaid reservations while Redis is quiet, since when)
+    let mut stranded: Option<(Vec<String>, Instant)> = None;
     loop {
         let quiet = async {
             let sale = state.sales.get(sale_id).await?.context("no such sale")?;
@@ -732,29 +773,53 @@ pub async fn wait_quiet(sale_id: &str, max: std::time::Duration) -> anyhow::Resu
                 .flat_map(|s| &s.holds)
                 .filter(|(_, h)| h.status != "paid")
                 .count();
-            let pg_held = end
+            let pg_held: Vec<String> = end
                 .reservations
                 .iter()
                 .filter(|r| matches!(r.status.as_str(), "settled" | "pending_payment"))
-                .count();
-            anyhow::Ok((
-                stream == 0 && redis_held == 0 && pg_held == 0,
-                format!("lag {stream}, unpaid holds: Redis {redis_held}, Postgres {pg_held}"),
-            ))
+                .map(|r| r.id.clone())
+                .collect();
+            anyhow::Ok((stream == 0 && redis_held == 0, pg_held, stream, redis_held))
         }
         .await;
         let last = match quiet {
-            Ok((true, _)) => return Ok(()),
-            Ok((false, what)) => what,
+            Ok((true, pg, ..)) if pg.is_empty() => return Ok(()),
+            Ok((true, pg, ..)) => {
+                let n = pg.len();
+                match &stranded {
+                    Some((ids, since)) if *ids == pg => {
+                        if since.elapsed() >= STRANDED_AFTER {
+                            eprintln!(
+                                "chaos wait: {n} unpaid reservations in Postgres that Redis does not hold \
+                                 stood still for {STRANDED_AFTER:?}; checking"
+                            );
+                            return Ok(());
+                        }
+                    }
+                    _ => stranded = Some((pg, Instant::now())),
+                }
+                format!("Redis quiet, {n} unpaid reservations in Postgres")
+            }
+            Ok((false, pg, stream, redis_held)) => {
+                stranded = None;
+                format!(
+                    "lag {stream}, unpaid holds: Redis {redis_held}, Postgres {}",
+                    pg.len()
+                )
+            }
             Err(e) => format!("{e:#}"),
         };
-        if std::time::Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             eprintln!("chaos wait: not quiet after {max:?} ({last}); checking anyway");
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
+
+/// How long unpaid Postgres reservations that Redis does not hold must
+/// stand still before [`wait_quiet`] stops waiting for them.
+const STRANDED_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
 
 #[cfg(test)]
 mod tests {
