@@ -548,15 +548,21 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
     f.available = stock;
     f.still_held = live_rows - paid_rows;
     let views = [
-        ("Redis stock + holds", stock + hold_units),
         (
-            "Postgres live reservations + Redis stock",
+            format!("Redis stock {stock} + holds {hold_units}"),
+            stock + hold_units,
+            "Redis has more units than the sale",
+        ),
+        (
+            format!("Postgres live reservations {live_rows} + Redis stock {stock}"),
             live_rows + stock,
+            "Redis offers units Postgres has taken",
         ),
     ];
-    for (view, n) in views {
-        f.oversold
-            .add(n - units, || format!("{view} = {n} > {units} units"));
+    for (view, n, over) in views {
+        f.oversold.add(n - units, || {
+            format!("{view} = {n} > {units} units: {over}")
+        });
         f.lost_units
             .add(units - n, || format!("{view} = {n} < {units} units"));
     }
