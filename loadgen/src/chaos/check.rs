@@ -8,8 +8,10 @@
 //! where the fault is allowed to lose unsettled data — see RELIABILITY.md):
 //!
 //! - **acknowledged holds lost**: a reservation id answered 202 that neither
-//!   Postgres nor Redis knows, or that ended `rejected`, `cancelled` without
-//!   a cancel in the history, or `expired` before its expiry; plus answers
+//!   Postgres nor Redis knows, that Postgres keeps unpaid while Redis no
+//!   longer holds it (stranded: nobody can pay or release it), or that ended
+//!   `rejected`, `cancelled` without a cancel in the history, or `expired`
+//!   before its expiry; plus answers
 //!   the end state contradicts: a webhook answered `paid` whose reservation
 //!   is not paid, a cancel answered 2xx whose reservation is not cancelled.
 //! - **units oversold**: units accounted for beyond the sale's total, in any
@@ -329,6 +331,14 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
                 "rejected" => f
                     .acks_lost
                     .add(1, || format!("{id}: rejected by Postgres after a 202")),
+                "settled" | "pending_payment" if !redis_holds.contains_key(id) => {
+                    f.acks_lost.add(1, || {
+                        format!(
+                            "{id}: {} in Postgres, gone from Redis: nobody can pay or release it",
+                            r.status
+                        )
+                    })
+                }
                 "cancelled" if !asked(Op::Cancel, id) => f
                     .acks_lost
                     .add(1, || format!("{id}: cancelled, but nobody asked")),
@@ -945,6 +955,23 @@ mod tests {
         let f = check(&history, &end, None);
         assert_eq!(f.acks_lost.count, 1, "{f:#?}");
         assert_eq!(f.lost_units.count, 0, "{f:#?}");
+    }
+
+    #[test]
+    fn a_hold_stranded_in_postgres_is_a_lost_ack() {
+        // Settled, then gone from Redis (a failover lost it): Postgres keeps
+        // its unit taken, Redis offers it again.
+        let (mut history, mut end) = clean();
+        history.push(reserve("c", "k3", "s.0.3", 1_200));
+        end.reservations.push(row("s.0.3", "c", 1, "settled", "h3"));
+        end.inventory = (1, 1);
+        let f = check(&history, &end, None);
+        assert_eq!(f.acks_lost.count, 1, "{f:#?}");
+        assert!(
+            f.acks_lost.examples[0].contains("gone from Redis"),
+            "{f:#?}"
+        );
+        assert_eq!(f.oversold.count, 1, "Redis offers the unit again: {f:#?}");
     }
 
     #[test]

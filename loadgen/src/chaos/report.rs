@@ -192,8 +192,9 @@ history with both stores:
 - **requests**: every HTTP request sent (each retry counts); **202s**:
   reservation answers 202 (replays included).
 - **acknowledged holds lost**: a reservation id answered 202 that neither
-  store knows at the end, or that ended `rejected`, `cancelled` without a
-  cancel, or `expired` before its time; and webhook answers `paid` or cancel
+  store knows at the end, that Postgres keeps unpaid while Redis no longer
+  holds it (stranded: nobody can pay or release it), or that ended
+  `rejected`, `cancelled` without a cancel, or `expired` before its time; and webhook answers `paid` or cancel
   answers the end state does not keep. Only the `REDIS_ACK=wait` failover row
   must be 0: a fault that loses Redis data that was not yet settled (a cold
   restart, a failover to a replica that had not received it) loses those
