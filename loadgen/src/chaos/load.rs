@@ -13,9 +13,10 @@
 //! `--fail` of them), cancels, or walks away and lets the hold expire.
 //!
 //! `--webhook-chaos` plays a misbehaving provider: every event is delivered
-//! two or three times, some copies at the same instant, others late (some
-//! after the hold expired) and out of order, and some payments also get a
-//! conflicting event (the opposite outcome, its own event id).
+//! two or three times, some copies at the same instant, others late and out
+//! of order, a fifth of the events only after the hold expired, and some
+//! payments also get a conflicting event (the opposite outcome, its own
+//! event id).
 //!
 //! Bounded: loopback targets only, `--seconds` of new sessions (≤ 1,800),
 //! then at most `--tail-seconds` for sessions under way to finish.
@@ -289,7 +290,14 @@ impl Shared {
         let mut plan: Vec<(u64, Value)> = Vec::new();
         {
             let mut rng = rand::rng();
-            let first = rng.random_range(0..1_500);
+            // A fifth of the events arrive only after the hold expired (the
+            // unit is back on sale: the payment must be refunded, never sold
+            // twice).
+            let first = if rng.random_bool(0.2) {
+                rng.random_range(self.args.hold_seconds * 1000 + 1_000..late_ms + 2_000)
+            } else {
+                rng.random_range(0..1_500)
+            };
             plan.push((first, main.clone()));
             for _ in 0..rng.random_range(1..=2) {
                 // A third of the copies arrive together with the first.
