@@ -6,6 +6,7 @@
 #![recursion_limit = "256"]
 
 mod bench;
+mod chaos;
 mod edge_sim;
 mod sim;
 
@@ -38,6 +39,10 @@ enum Command {
     /// One chart and table of several edge-mode sale reports (e.g. the
     /// outage scenario with a fixed and with an adaptive admission rate).
     Compare(edge_sim::CompareArgs),
+    /// Fault-injection runs (scripts/chaos): load with a recorded history,
+    /// then the check of that history against Redis and Postgres.
+    #[command(subcommand)]
+    Chaos(chaos::ChaosCommand),
 }
 
 /// Refuses any target that is not on this machine.
@@ -64,6 +69,7 @@ async fn main() -> std::process::ExitCode {
         Command::BenchSettle(a) => bench::bench_settle(a).await,
         Command::Tokens(a) => bench::tokens(a),
         Command::Compare(a) => edge_sim::compare(a),
+        Command::Chaos(c) => chaos::run(c).await,
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
