@@ -424,15 +424,20 @@ impl Settler {
                 metrics::counter!("flashsale_settlement_rejected_total")
                     .increment(rejected_ids.len() as u64);
             }
-            // A redelivered batch finds earlier rejections: release them (again) too.
-            let earlier: Vec<String> = sqlx::query_scalar(
-                "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'rejected' AND NOT (id = ANY($2))",
-            )
-            .bind(&cols.ids)
-            .bind(&rejected_ids)
-            .fetch_all(&mut *tx)
-            .await?;
-            rejected_ids.extend(earlier);
+            // A redelivered batch finds earlier rejections: release them
+            // (again) too. Only a row this batch did not insert can have
+            // been written, and rejected, before: a batch of new holds (the
+            // usual case) skips the lookup of every id.
+            if out.inserted < cols.ids.len() {
+                let earlier: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'rejected' AND NOT (id = ANY($2))",
+                )
+                .bind(&cols.ids)
+                .bind(&rejected_ids)
+                .fetch_all(&mut *tx)
+                .await?;
+                rejected_ids.extend(earlier);
+            }
         }
         tx.commit().await?;
 
@@ -446,8 +451,12 @@ impl Settler {
             self.engine.release(keys, shard, id, "rejected").await?;
         }
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        let _: i64 = conn.xack(&keys.stream, GROUP, &ids).await?;
-        let _: i64 = conn.xdel(&keys.stream, &ids).await?;
+        // One round trip: acknowledged, then deleted (in this order).
+        let _: (i64, i64) = redis::pipe()
+            .xack(&keys.stream, GROUP, &ids)
+            .xdel(&keys.stream, &ids)
+            .query_async(&mut conn)
+            .await?;
         metrics::histogram!("flashsale_settlement_batch_size").record(entries.len() as f64);
         metrics::counter!("flashsale_settled_entries_total").increment(entries.len() as u64);
         Ok(out)

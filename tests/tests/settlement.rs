@@ -311,6 +311,48 @@ async fn postgres_refuses_what_would_go_over_total_and_redis_gets_it_back() {
     app.stop().await;
 }
 
+/// Postgres refused two holds and the worker died right after its commit,
+/// before it gave their units back in Redis: the redelivered batch finds the
+/// earlier refusals and gives the units back then, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_committed_by_a_worker_that_died_are_given_back_on_redelivery() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("guard2", 10, 2, 1)).await;
+    sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = 'guard2'")
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    for a in ["h1", "h2", "h3"] {
+        let t = app.admit(a, "guard2");
+        assert_eq!(
+            app.reserve("guard2", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202
+        );
+    }
+    let sale = app.state.sales.get("guard2").await.unwrap().unwrap();
+    let dying = app.state.settler();
+    dying.die_before_ack_after.store(0, Ordering::Release);
+    let o = dying.settle_shard(&sale, 0).await.unwrap();
+    assert!(o.died && o.rejected == 2, "{o:?}");
+    let mut conn = app.redis().await;
+    let stock: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    assert_eq!(stock, 7, "the refused units are not back yet");
+    // Another worker claims the batch once it has been pending long enough.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let o = app.state.settler().claim_shard(&sale, 0).await.unwrap();
+    assert_eq!((o.entries, o.inserted), (3, 0), "{o:?}");
+    let stock: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    assert_eq!(stock, 9, "the two refused units are back in Redis");
+    assert_eq!(inventory(&app, "guard2").await, (10, 1, 9));
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drift_is_reported_and_repaired_but_never_while_settlement_is_behind() {
     let app = TestApp::spawn_with(AppOptions {
