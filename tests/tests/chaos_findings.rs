@@ -58,6 +58,7 @@ async fn a_refused_hold_does_not_outlive_a_failover_in_postgres() {
         redis: setup.target(),
         redis_ack: AckMode::Wait {
             timeout: Duration::from_millis(100),
+            connections: 1,
         },
         ..Default::default()
     })
