@@ -269,6 +269,28 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
     app.stop().await;
 }
 
+/// A sale of 10 units whose Postgres already counts 9 sold (as if Redis had
+/// drifted), and three holds of 1 in Redis, not settled: only one fits.
+async fn three_holds_where_postgres_has_room_for_one(
+    app: &TestApp,
+    id: &str,
+) -> std::sync::Arc<origin::sales::Sale> {
+    app.create_sale(sale_spec(id, 10, 2, 1)).await;
+    sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = $1")
+        .bind(id)
+        .execute(&app.state.pool)
+        .await
+        .unwrap();
+    for a in ["g1", "g2", "g3"] {
+        let t = app.admit(a, id);
+        assert_eq!(
+            app.reserve(id, Some(&t), Some("k"), r#"{"qty":1}"#).await.0,
+            202
+        );
+    }
+    app.state.sales.get(id).await.unwrap().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_refuses_what_would_go_over_total_and_redis_gets_it_back() {
     let app = TestApp::spawn_with(AppOptions {
@@ -276,22 +298,7 @@ async fn postgres_refuses_what_would_go_over_total_and_redis_gets_it_back() {
         ..Default::default()
     })
     .await;
-    app.create_sale(sale_spec("guard", 10, 2, 1)).await;
-    // Postgres already counts 9 sold (as if Redis had drifted): only 1 fits.
-    sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = 'guard'")
-        .execute(&app.state.pool)
-        .await
-        .unwrap();
-    for a in ["g1", "g2", "g3"] {
-        let t = app.admit(a, "guard");
-        assert_eq!(
-            app.reserve("guard", Some(&t), Some("k"), r#"{"qty":1}"#)
-                .await
-                .0,
-            202
-        );
-    }
-    let sale = app.state.sales.get("guard").await.unwrap().unwrap();
+    let sale = three_holds_where_postgres_has_room_for_one(&app, "guard").await;
     let o = app.state.settler().settle_shard(&sale, 0).await.unwrap();
     assert_eq!((o.inserted, o.rejected), (3, 2));
     assert_eq!(inventory(&app, "guard").await, (10, 1, 9));
@@ -321,21 +328,7 @@ async fn refusals_committed_by_a_worker_that_died_are_given_back_on_redelivery()
         ..Default::default()
     })
     .await;
-    app.create_sale(sale_spec("guard2", 10, 2, 1)).await;
-    sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = 'guard2'")
-        .execute(&app.state.pool)
-        .await
-        .unwrap();
-    for a in ["h1", "h2", "h3"] {
-        let t = app.admit(a, "guard2");
-        assert_eq!(
-            app.reserve("guard2", Some(&t), Some("k"), r#"{"qty":1}"#)
-                .await
-                .0,
-            202
-        );
-    }
-    let sale = app.state.sales.get("guard2").await.unwrap().unwrap();
+    let sale = three_holds_where_postgres_has_room_for_one(&app, "guard2").await;
     let dying = app.state.settler();
     dying.die_before_ack_after.store(0, Ordering::Release);
     let o = dying.settle_shard(&sale, 0).await.unwrap();
