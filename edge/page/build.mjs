@@ -51,7 +51,9 @@ if (check) {
 } else {
   mkdirSync(assets, { recursive: true });
   for (const f of stale) rmSync(f);
-  for (const [f, b] of out) writeFileSync(f, b);
+  // Only what changed is written: two stacks started side by side (the e2e
+  // passes in scripts/test) never serve a file the other is rewriting.
+  for (const [f, b] of out) if (!existsSync(f) || !readFileSync(f).equals(b)) writeFileSync(f, b);
   const total = [...out].reduce((n, [, b]) => n + b.length, 0);
   console.log(`built the queue page into edge/public (${total} bytes before gzip)`);
 }
