@@ -99,6 +99,12 @@ const SEEN_BATCH_MAX: usize = 500;
 
 /// How long a request waits for another one fetching the same piece.
 const PIECE_WAIT_MS: u64 = 3_000;
+/// How long a status poll waits for the pieces its place needs. Past it the
+/// poll answers without the place (`drawing`, ask again soon) and the next
+/// one finds the pieces loaded meanwhile: right after the draw every
+/// waiting person's first poll wants pieces at once, and none of them
+/// should wait for all of that (issue 20: "no request waits > 1 s").
+const PLACE_BUDGET_MS: u64 = 600;
 
 fn bounded<V>(map: &mut HashMap<String, V>, max: usize, key: String, value: V) {
     if map.len() >= max && !map.contains_key(&key) {
@@ -683,7 +689,12 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
     let shard = tkt
         .shard
         .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
-    let place = place_of_ticket(env, sale, &claims.sub, &tkt, &snap).await;
+    let place = within(
+        PLACE_BUDGET_MS,
+        place_of_ticket(env, sale, &claims.sub, &tkt, &snap),
+    )
+    .await
+    .flatten();
     let Some(p) = place else {
         let body = status_body(env, sale, &claims.sub, ticket, None, after_start, &snap)?;
         return reply(&body);
@@ -845,12 +856,39 @@ async fn await_piece(id: &str, in_memory: impl Fn() -> bool) {
     }
 }
 
+/// `fut`'s output if it is ready within `ms`, else `None` (and `fut` is
+/// dropped).
+async fn within<T>(ms: u64, fut: impl Future<Output = T>) -> Option<T> {
+    let fut = std::pin::pin!(fut);
+    let delay = std::pin::pin!(worker::Delay::from(std::time::Duration::from_millis(ms)));
+    match futures::future::select(fut, delay).await {
+        futures::future::Either::Left((v, _)) => Some(v),
+        futures::future::Either::Right(_) => None,
+    }
+}
+
+/// Marks piece `id` as being fetched by this request for as long as it
+/// lives: a fetch given up half way (a poll past its budget) unmarks it,
+/// so other requests fetch it themselves instead of waiting for nobody.
+struct Loading<'a>(&'a str);
+
+impl<'a> Loading<'a> {
+    fn start(id: &'a str) -> Self {
+        LOADING.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id.to_string(), now_ms()));
+        Loading(id)
+    }
+}
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        LOADING.with(|m| m.borrow_mut().remove(self.0));
+    }
+}
+
 /// An immutable JSON piece: Cache API, else `load` (then cached for good).
 async fn immutable(id: &str, load: impl Future<Output = ApiResult<Value>>) -> Option<Value> {
-    LOADING.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id.to_string(), now_ms()));
-    let got = immutable_uncounted(id, load).await;
-    LOADING.with(|m| m.borrow_mut().remove(id));
-    got
+    let _loading = Loading::start(id);
+    immutable_uncounted(id, load).await
 }
 
 async fn immutable_uncounted(
