@@ -54,6 +54,8 @@ const SNAPSHOT_TTL_MS: u64 = 3_000;
 const SNAPSHOT_REFRESH_MS: u64 = queue::FRONTIER_HORIZON_MS;
 /// How long a stale snapshot may stand in when the object cannot answer.
 const SNAPSHOT_STALE_MS: u64 = 60_000;
+/// How long a request with a cached snapshot waits for a fresh one.
+const SNAPSHOT_BUDGET_MS: u64 = 300;
 /// Bounds on what isolate memory keeps.
 const MAX_SALES: usize = 1_024;
 const MAX_BUCKETS: usize = 4_096;
@@ -104,7 +106,7 @@ const PIECE_WAIT_MS: u64 = 3_000;
 /// one finds the pieces loaded meanwhile: right after the draw every
 /// waiting person's first poll wants pieces at once, and none of them
 /// should wait for all of that (issue 20: "no request waits > 1 s").
-const PLACE_BUDGET_MS: u64 = 600;
+const PLACE_BUDGET_MS: u64 = 500;
 
 fn bounded<V>(map: &mut HashMap<String, V>, max: usize, key: String, value: V) {
     if map.len() >= max && !map.contains_key(&key) {
@@ -231,15 +233,29 @@ pub(crate) fn forget_memory() {
 /// single request refreshes it from the coordinator while the others go on
 /// using the cached one (at most 3 s plus one object round trip old).
 pub(crate) async fn snapshot(env: &Env, sale: &str) -> ApiResult<Rc<Snapshot>> {
-    snapshot_within(env, sale, SNAPSHOT_REFRESH_MS).await
+    refreshed_snapshot(env, sale, SNAPSHOT_REFRESH_MS, Some(SNAPSHOT_BUDGET_MS)).await
 }
 
 /// The snapshot, refreshed once older than `refresh_ms` (the summary asks
-/// for one at most 1 s old, as DESIGN promises for its figures).
+/// for one at most 1 s old, as DESIGN promises for its figures, and waits
+/// for it).
 pub(crate) async fn snapshot_within(
     env: &Env,
     sale: &str,
     refresh_ms: u64,
+) -> ApiResult<Rc<Snapshot>> {
+    refreshed_snapshot(env, sale, refresh_ms, None).await
+}
+
+/// The snapshot, refreshed once older than `refresh_ms`; with a `budget`,
+/// a request holding a cached snapshot waits at most that long for a fresh
+/// one (status polls: the frontier is extrapolated from the cached one
+/// meanwhile, as between refreshes).
+async fn refreshed_snapshot(
+    env: &Env,
+    sale: &str,
+    refresh_ms: u64,
+    budget: Option<u64>,
 ) -> ApiResult<Rc<Snapshot>> {
     let now = now_ms();
     let cached = SNAPSHOTS.with(|m| m.borrow().get(sale).cloned());
@@ -254,14 +270,26 @@ pub(crate) async fn snapshot_within(
             return Ok(s.clone());
         }
     }
-    REFRESHING.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale.to_string(), now));
+    let refreshing = Refreshing::start(sale, now);
     if let Some(s) = shared_snapshot(sale, now, refresh_ms).await {
-        REFRESHING.with(|m| m.borrow_mut().remove(sale));
+        drop(refreshing);
         let at = s.now_ms.min(now);
         return Ok(remember_snapshot(s, at));
     }
-    let got = call_coordinator(env, sale, Method::Get, "/snapshot", None).await;
-    REFRESHING.with(|m| m.borrow_mut().remove(sale));
+    let ask = call_coordinator(env, sale, Method::Get, "/snapshot", None);
+    let got = match (&cached, budget) {
+        // A busy coordinator (a draw step under way) does not hold the
+        // poll: the cached snapshot stands in, as between refreshes, and a
+        // later request asks again.
+        (Some((at, s)), Some(budget)) if now.saturating_sub(*at) < SNAPSHOT_STALE_MS => {
+            match within(budget, ask).await {
+                Some(got) => got,
+                None => return Ok(s.clone()),
+            }
+        }
+        _ => ask.await,
+    };
+    drop(refreshing);
     match got {
         Ok(v) => {
             let s: Snapshot = serde_json::from_value(v)
@@ -864,6 +892,23 @@ async fn within<T>(ms: u64, fut: impl Future<Output = T>) -> Option<T> {
     match futures::future::select(fut, delay).await {
         futures::future::Either::Left((v, _)) => Some(v),
         futures::future::Either::Right(_) => None,
+    }
+}
+
+/// Marks a sale's snapshot as being refreshed by this request for as long
+/// as it lives (a refresh given up half way unmarks it).
+struct Refreshing<'a>(&'a str);
+
+impl<'a> Refreshing<'a> {
+    fn start(sale: &'a str, now: u64) -> Self {
+        REFRESHING.with(|m| bounded(&mut m.borrow_mut(), MAX_SALES, sale.to_string(), now));
+        Refreshing(sale)
+    }
+}
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        REFRESHING.with(|m| m.borrow_mut().remove(self.0));
     }
 }
 
