@@ -11,7 +11,13 @@
 //!   beacon is settled (a value, or given up): nobody, the coordinator
 //!   included, can compute a value before both exist;
 //! - the listing is merged only once every shard has drawn with that key,
-//!   and once listed nothing more is done.
+//!   `LISTING_DELAY_MS` after the last did (the first polls after the draw
+//!   come in a crowd and want the shards' buckets: the listing, which is
+//!   for audits, does not compete with them), and once listed nothing more
+//!   is done.
+
+/// How long after the draw the listing's merge begins.
+pub const LISTING_DELAY_MS: u64 = 3_000;
 
 /// What the coordinator knows, from its storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -25,6 +31,8 @@ pub struct Facts {
     pub keyed: bool,
     /// Every shard has drawn its values with the key and sent its index.
     pub drawn: bool,
+    /// When the last shard did (0 if unknown: no delay).
+    pub drawn_at_ms: u64,
     pub listed: bool,
 }
 
@@ -52,7 +60,7 @@ pub fn next(f: &Facts) -> Phase {
         Phase::Freeze
     } else if !f.keyed {
         Phase::Key
-    } else if !f.drawn {
+    } else if !f.drawn || f.now_ms < f.drawn_at_ms.saturating_add(LISTING_DELAY_MS) {
         Phase::Wait
     } else {
         Phase::List
@@ -83,6 +91,14 @@ mod tests {
         f.keyed = true;
         assert_eq!(next(&f), Phase::Wait, "the shards draw with the key");
         f.drawn = true;
+        f.drawn_at_ms = 2_000;
+        f.now_ms = 2_000 + LISTING_DELAY_MS - 1;
+        assert_eq!(
+            next(&f),
+            Phase::Wait,
+            "the first polls after the draw go first"
+        );
+        f.now_ms = 2_000 + LISTING_DELAY_MS;
         assert_eq!(next(&f), Phase::List);
         f.listed = true;
         assert_eq!(next(&f), Phase::Done);

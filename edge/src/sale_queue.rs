@@ -981,6 +981,7 @@ impl SaleQueue {
             frozen: self.meta.get("entrants_root").is_some(),
             keyed: self.meta.get("key").is_some(),
             drawn: self.drawn(),
+            drawn_at_ms: self.meta.u64("drawn_at_ms").unwrap_or(0),
             listed: self.meta.flag("listed"),
         };
         match draw_phases::next(&facts) {
