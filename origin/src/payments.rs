@@ -598,7 +598,7 @@ pub async fn align_hold(
     Ok(outcome)
 }
 
-fn is_lock_unavailable(e: &sqlx::Error) -> bool {
+pub(crate) fn is_lock_unavailable(e: &sqlx::Error) -> bool {
     // 55P03 lock_not_available: what NOWAIT answers when a row is locked.
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
 }
