@@ -494,6 +494,24 @@ impl Engine {
         })
     }
 
+    /// Whether (account, Idempotency-Key) has a record on the account's
+    /// home shard, i.e. the key was used: one GET, no script (the sold-out
+    /// path asks it before answering 410, so a replay gets its first answer).
+    pub async fn key_recorded(
+        &self,
+        sale: &Sale,
+        account: &str,
+        idempotency_key: &str,
+    ) -> Result<bool, RedisError> {
+        let home = &sale.shards[home_shard(account, sale.shards.len())];
+        let mut conn = self.conn.clone();
+        let record: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(home.idem(account, idempotency_key))
+            .query_async(&mut conn)
+            .await?;
+        Ok(record.is_some())
+    }
+
     /// `true` when no shard has stock or reclaimable (expired) holds.
     pub async fn all_shards_empty(&self, sale: &Sale) -> Result<bool, RedisError> {
         let mut conn = self.conn.clone();
