@@ -245,6 +245,11 @@ pub enum ApplyError {
     /// was undone and nothing was recorded (the provider delivers again).
     #[error("{0}")]
     NotReplicated(#[from] crate::ack::AckError),
+    /// The hold was not found because its shard lost its keys (Redis lost
+    /// data): nothing was recorded; the provider delivers again after the
+    /// rebuild, which restores the hold from Postgres.
+    #[error("the hold's shard lost its keys and is being restored")]
+    ShardLost,
 }
 
 #[derive(sqlx::FromRow)]
@@ -253,6 +258,8 @@ struct PaymentRow {
     sale_id: String,
     account: String,
     amount_cents: i64,
+    /// The shard the reservation's hold was granted on.
+    shard: i32,
 }
 
 /// Applies a verified provider event; see the module doc for the saga order.
@@ -268,7 +275,8 @@ pub async fn apply_event(
         other => return Err(ApplyError::UnknownType(other.to_string())),
     };
     let pay: PaymentRow = sqlx::query_as(
-        "SELECT reservation_id, sale_id, account, amount_cents FROM payments WHERE id = $1",
+        "SELECT p.reservation_id, p.sale_id, p.account, p.amount_cents, r.shard
+         FROM payments p JOIN reservations r ON r.id = p.reservation_id WHERE p.id = $1",
     )
     .bind(&event.data.payment_id)
     .fetch_optional(pool)
@@ -322,6 +330,17 @@ pub async fn apply_event(
             Some(sale) => confirm_hold(engine, sale, &pay.reservation_id, false).await?,
             None => None,
         };
+        // Not found because its shard lost its keys: no verdict (a refund)
+        // about a hold the rebuild will restore; the provider retries.
+        if confirmed_on.is_none()
+            && let Some(sale) = &sale
+            && let Some(rid) = ReservationId::parse(&pay.reservation_id)
+            && engine
+                .any_lost(sale, &[rid.home, pay.shard as usize])
+                .await?
+        {
+            return Err(ApplyError::ShardLost);
+        }
         let confirmed = confirmed_on.is_some();
         // REDIS_ACK=wait: the sale is recorded only once a replica has the
         // confirm (a failover must not hand the unit back to expiry while

@@ -494,6 +494,23 @@ impl Engine {
         })
     }
 
+    /// Whether any of `shards` of `sale` has lost its keys (Redis lost
+    /// data; the cold rebuild restores it). A hold not found there may still
+    /// exist in Postgres: no verdict about it until the rebuild.
+    pub async fn any_lost(&self, sale: &Sale, shards: &[usize]) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        for k in shards.iter().filter_map(|&i| sale.shards.get(i)) {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&k.stock)
+                .query_async(&mut conn)
+                .await?;
+            if !exists {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// Whether (account, Idempotency-Key) has a record on the account's
     /// home shard, i.e. the key was used: one GET, no script (the sold-out
     /// path asks it before answering 410, so a replay gets its first answer).
