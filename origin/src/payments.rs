@@ -561,27 +561,32 @@ pub async fn align_hold(
     apply: bool,
 ) -> Result<Alignment, AlignError> {
     let mut tx = pool.begin().await?;
-    let status: Option<String> =
-        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
-            .bind(reservation_id)
-            .fetch_optional(&mut *tx)
-            .await
-        {
-            Err(e) if is_lock_unavailable(&e) => return Ok(Alignment::Busy),
-            other => other?,
-        };
-    if let Err(e) =
-        sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
-            .bind(reservation_id)
-            .execute(&mut *tx)
-            .await
-    {
-        return if is_lock_unavailable(&e) {
-            Ok(Alignment::Busy)
-        } else {
-            Err(e.into())
-        };
+    match align_locked(&mut tx, engine, sale, reservation_id, apply).await {
+        // Released only now: the Redis change happened under the locks.
+        Ok(a) if a != Alignment::Busy => {
+            tx.commit().await?;
+            Ok(a)
+        }
+        // Rolled back explicitly, not by drop: a dropped transaction's
+        // rollback runs later on its pooled connection, keeping the
+        // reservation row locked meanwhile (the next look would find it Busy).
+        other => {
+            tx.rollback().await?;
+            other
+        }
     }
+}
+
+async fn align_locked(
+    tx: &mut sqlx::PgConnection,
+    engine: &Engine,
+    sale: &Sale,
+    reservation_id: &str,
+    apply: bool,
+) -> Result<Alignment, AlignError> {
+    let Some(status) = lock_reservation_rows(tx, reservation_id).await? else {
+        return Ok(Alignment::Busy);
+    };
     let Some(status) = status else {
         return Ok(Alignment::Agreed);
     };
@@ -592,7 +597,7 @@ pub async fn align_hold(
         return Ok(Alignment::Agreed);
     };
     let pg_paid = status == "paid";
-    let outcome = match (hold.status == "paid", pg_paid) {
+    Ok(match (hold.status == "paid", pg_paid) {
         (true, false) if !apply => Alignment::Unconfirmed,
         (false, true) if !apply => Alignment::Confirmed,
         (true, false) => {
@@ -611,13 +616,40 @@ pub async fn align_hold(
             Alignment::Confirmed
         }
         _ => Alignment::Agreed,
-    };
-    // Released only now: the Redis change happened under the locks.
-    tx.commit().await?;
-    Ok(outcome)
+    })
 }
 
-pub(crate) fn is_lock_unavailable(e: &sqlx::Error) -> bool {
+/// Locks reservation `id`'s row and then all its payment rows (`NOWAIT`),
+/// the locks a purchase (reservation) and an event (payment) take before
+/// they change anything, so none of them interleaves with what the caller
+/// decides under them. `None`: something is locked (an event or purchase is
+/// under way; the caller rolls back and looks again later). Else the
+/// reservation's status (`Some(None)`: no such row).
+pub(crate) async fn lock_reservation_rows(
+    tx: &mut sqlx::PgConnection,
+    id: &str,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    let status =
+        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+        {
+            Err(e) if is_lock_unavailable(&e) => return Ok(None),
+            other => other?,
+        };
+    match sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+    {
+        Err(e) if is_lock_unavailable(&e) => Ok(None),
+        Err(e) => Err(e),
+        Ok(_) => Ok(Some(status)),
+    }
+}
+
+fn is_lock_unavailable(e: &sqlx::Error) -> bool {
     // 55P03 lock_not_available: what NOWAIT answers when a row is locked.
     matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("55P03"))
 }

@@ -482,7 +482,10 @@ async fn repair_missing(
     Ok(repaired)
 }
 
-/// One missing hold, under the reservation's and its payments' row locks.
+/// One missing hold, under the reservation's and its payments' row locks:
+/// committed when repaired, rolled back explicitly otherwise (a dropped
+/// transaction would keep the rows locked until its pooled connection is
+/// used again).
 async fn repair_one(
     engine: &Engine,
     pool: &PgPool,
@@ -491,26 +494,55 @@ async fn repair_one(
     version: &str,
     r: &RebuildRow,
 ) -> Result<Repair, ReconcileError> {
+    let mut tx = pool.begin().await?;
+    let outcome = repair_locked(&mut tx, engine, sale, i, version, r).await;
+    if !matches!(outcome, Ok(Repair::Released | Repair::Restored { .. })) {
+        tx.rollback().await?;
+        return outcome;
+    }
+    // Released only now: a restore's Redis change happened under the locks.
+    tx.commit().await?;
+    if let Ok(Repair::Released) = outcome
+        && let Some((key, ttl)) = key_to_restore(sale, r)
+    {
+        // A retried key answers its first hold (gone), as after a cold
+        // rebuild, rather than making a second reservation.
+        let _: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(r.key_record().to_string())
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut engine.conn.clone())
+            .await?;
+    }
+    outcome
+}
+
+/// The reservation's Idempotency-Key record on its home shard and the
+/// seconds it has left, if it has one still to keep.
+fn key_to_restore(sale: &Sale, r: &RebuildRow) -> Option<(String, i64)> {
+    let ttl = key_ttl(
+        r.created_at.timestamp_millis(),
+        Utc::now().timestamp_millis(),
+    );
+    let home = sale.shards.get(r.home as usize)?;
+    Some((home.idem_at(r.idem.as_deref()?), ttl)).filter(|_| ttl > 0)
+}
+
+async fn repair_locked(
+    tx: &mut sqlx::PgConnection,
+    engine: &Engine,
+    sale: &Sale,
+    i: usize,
+    version: &str,
+    r: &RebuildRow,
+) -> Result<Repair, ReconcileError> {
     let (Some(k), Some(home)) = (sale.shards.get(i), sale.shards.get(r.home as usize)) else {
         return Ok(Repair::Skipped("unknown shard"));
     };
-    let mut tx = pool.begin().await?;
-    let status: Option<String> =
-        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
-            .bind(&r.id)
-            .fetch_optional(&mut *tx)
-            .await
-        {
-            Err(e) if payments::is_lock_unavailable(&e) => return Ok(Repair::Skipped("locked")),
-            other => other?,
-        };
-    match sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
-        .bind(&r.id)
-        .execute(&mut *tx)
-        .await
-    {
-        Err(e) if payments::is_lock_unavailable(&e) => return Ok(Repair::Skipped("locked")),
-        other => other?,
+    let Some(status) = payments::lock_reservation_rows(tx, &r.id).await? else {
+        return Ok(Repair::Skipped("locked"));
     };
     if status.as_deref() != Some(r.status.as_str()) {
         return Ok(Repair::Skipped("changed"));
@@ -523,10 +555,6 @@ async fn repair_one(
     {
         return Ok(Repair::Skipped("found"));
     }
-    let now_ms = Utc::now().timestamp_millis();
-    let ttl = key_ttl(r.created_at.timestamp_millis(), now_ms);
-    let key = r.idem.as_deref().filter(|_| ttl > 0);
-    let mut conn = engine.conn.clone();
     if r.status != "paid" {
         // The shard still at the version compared: no hold came or went.
         let now = observe(engine, k).await?;
@@ -548,24 +576,19 @@ async fn repair_one(
             .bind(qty)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        // A retried key answers its first hold (gone), as after a cold
-        // rebuild, rather than making a second reservation.
-        if let Some(hash) = key {
-            let _: redis::Value = redis::cmd("SET")
-                .arg(home.idem_at(hash))
-                .arg(r.key_record().to_string())
-                .arg("NX")
-                .arg("EX")
-                .arg(ttl)
-                .query_async(&mut conn)
-                .await?;
-        }
         return Ok(Repair::Released);
     }
     // Paid: the count (and quota) on the home shard first, the safe side.
     // (A hold without a key record to restore still names a key in the
     // script's slot; the script leaves it alone when given no value.)
+    let key = key_to_restore(sale, r);
+    let ttl = key.as_ref().map_or(1, |(_, ttl)| *ttl);
+    let record = || {
+        key.as_ref()
+            .map(|_| r.key_record().to_string())
+            .unwrap_or_default()
+    };
+    let mut conn = engine.conn.clone();
     let spilled = r.home as usize != i;
     let counted_now = if spilled {
         let counted: i64 = engine
@@ -575,15 +598,15 @@ async fn repair_one(
             .key(&home.users)
             .key(&home.quota)
             .key(
-                key.map(|h| home.idem_at(h))
-                    .unwrap_or_else(|| home.idem_at("none")),
+                key.as_ref()
+                    .map_or_else(|| home.idem_at("none"), |(k, _)| k.clone()),
             )
             .arg(&r.id)
             .arg(&r.account)
             .arg(r.qty)
             .arg(i)
-            .arg(key.map(|_| r.key_record().to_string()).unwrap_or_default())
-            .arg(ttl.max(1))
+            .arg(record())
+            .arg(ttl)
             .invoke_async(&mut conn)
             .await?;
         if counted < 0 {
@@ -593,10 +616,17 @@ async fn repair_one(
     } else {
         false
     };
-    let (eighth, value) = match (spilled, key) {
-        (true, _) => (k.spill_marker(&r.id), "H".to_string()),
-        (false, Some(hash)) => (k.idem_at(hash), r.key_record().to_string()),
-        (false, None) => (k.idem_at("none"), String::new()),
+    let (eighth, value, eighth_ttl) = if spilled {
+        (
+            k.spill_marker(&r.id),
+            "H".to_string(),
+            IDEMPOTENCY_TTL_SECS as i64,
+        )
+    } else {
+        let key = key
+            .as_ref()
+            .map_or_else(|| k.idem_at("none"), |(k, _)| k.clone());
+        (key, record(), ttl)
     };
     let (done, detail): (i64, String) = engine
         .scripts
@@ -609,36 +639,28 @@ async fn repair_one(
         .arg(i)
         .arg(&sale.config.id)
         .arg(value)
-        .arg(if spilled {
-            IDEMPOTENCY_TTL_SECS as i64
-        } else {
-            ttl.max(1)
-        })
+        .arg(eighth_ttl)
         .invoke_async(&mut conn)
         .await?;
-    let outcome = if done == 1 {
-        Repair::Restored { version: detail }
-    } else {
-        if counted_now {
-            let _: i64 = engine
-                .scripts
-                .quota_return
-                .key(&home.users)
-                .key(&home.quota)
-                .arg(&r.id)
-                .invoke_async(&mut conn)
-                .await?;
-        }
-        Repair::Skipped(match detail.as_str() {
-            "stock" => "no stock left on the shard",
-            "exists" => "found",
-            "gone" => "shard lost",
-            _ => "moved",
-        })
-    };
-    // Released only now: the Redis change happened under the locks.
-    tx.commit().await?;
-    Ok(outcome)
+    if done == 1 {
+        return Ok(Repair::Restored { version: detail });
+    }
+    if counted_now {
+        let _: i64 = engine
+            .scripts
+            .quota_return
+            .key(&home.users)
+            .key(&home.quota)
+            .arg(&r.id)
+            .invoke_async(&mut conn)
+            .await?;
+    }
+    Ok(Repair::Skipped(match detail.as_str() {
+        "stock" => "no stock left on the shard",
+        "exists" => "found",
+        "gone" => "shard lost",
+        _ => "moved",
+    }))
 }
 
 /// Finds holds whose Redis `paid` state disagrees with their reservation's
