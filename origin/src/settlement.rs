@@ -412,15 +412,14 @@ impl Settler {
         // pending and are read again later (`retry_own`).
         if let Some(acker) = &self.engine.acker
             && !facts.is_empty()
+            && let Err(e) = acker.confirm_all(facts).await
         {
-            if let Err(e) = acker.confirm_all(facts).await {
-                self.retry_own
-                    .lock()
-                    .expect("retry_own lock")
-                    .insert(keys.stream.clone());
-                metrics::counter!("flashsale_settlement_not_replicated_total").increment(1);
-                return Err(SettleError::NotReplicated(e));
-            }
+            self.retry_own
+                .lock()
+                .expect("retry_own lock")
+                .insert(keys.stream.clone());
+            metrics::counter!("flashsale_settlement_not_replicated_total").increment(1);
+            return Err(SettleError::NotReplicated(e));
         }
         for e in malformed {
             // Fatal for this entry only: park it, keep going.
