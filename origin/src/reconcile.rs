@@ -646,14 +646,7 @@ async fn repair_locked(
         return Ok(Repair::Restored { version: detail });
     }
     if counted_now {
-        let _: i64 = engine
-            .scripts
-            .quota_return
-            .key(&home.users)
-            .key(&home.quota)
-            .arg(&r.id)
-            .invoke_async(&mut conn)
-            .await?;
+        engine.give_back_quota(home, &r.id).await?;
     }
     Ok(Repair::Skipped(match detail.as_str() {
         "stock" => "no stock left on the shard",
@@ -1010,15 +1003,7 @@ async fn return_lost_notes(
         .fetch_all(pool)
         .await?;
         for id in over {
-            let returned: i64 = engine
-                .scripts
-                .quota_return
-                .key(&k.users)
-                .key(&k.quota)
-                .arg(&id)
-                .invoke_async(&mut conn)
-                .await?;
-            if returned == 1 {
+            if engine.give_back_quota(k, &id).await? {
                 tracing::warn!(sale = %sale.config.id, shard = h, hold = %id, "rebuild: returned the quota of a released hold whose note was lost");
             }
         }

@@ -426,6 +426,26 @@ impl Engine {
         Ok(())
     }
 
+    /// quota_return.lua without a key record: gives back the quota the
+    /// `home` shard counted for spilled hold `hold_id` (at most once per
+    /// hold id); whether there was any to give back.
+    pub async fn give_back_quota(
+        &self,
+        home: &ShardKeys,
+        hold_id: &str,
+    ) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        let returned: i64 = self
+            .scripts
+            .quota_return
+            .key(&home.users)
+            .key(&home.quota)
+            .arg(hold_id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(returned == 1)
+    }
+
     /// Finds a live hold in Redis: its shard and record. A spilled hold is
     /// found through its home shard's quota record, which says where it
     /// landed; when the process that spilled it stopped before recording
