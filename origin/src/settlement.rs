@@ -20,8 +20,9 @@
 //!
 //! With `REDIS_ACK=wait` a batch is committed only once a replica has its
 //! entries (`crate::ack`: the barrier checks this primary's stream holds
-//! each entry, then `WAIT 1`, on the acknowledger's own connection, so no
-//! request connection blocks). Otherwise nothing is written and the entries
+//! each entry, then `WAIT 1`, on a dedicated connection of the settler's own
+//! acknowledger, so neither a request connection nor the requests' rounds
+//! wait for it). Otherwise nothing is written and the entries
 //! stay pending, read again by this consumer (or claimed): Postgres never
 //! learns a hold or release that a failover can take back. (With `local` it
 //! may; the reconciler repairs what a failover took back, `crate::reconcile`.)
@@ -46,7 +47,7 @@ use redis::streams::{
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{AckError, Fact};
+use crate::ack::{AckError, Acker, Fact};
 use crate::reservations::Engine;
 use crate::sales::{Sale, SaleRegistry};
 use crate::store::ShardKeys;
@@ -253,6 +254,10 @@ pub struct Settler {
     /// batch settles as soon as a replica has it (not only after
     /// `claim_idle`).
     retry_own: Mutex<HashSet<String>>,
+    /// `REDIS_ACK=wait`: the settler's own acknowledger (a dedicated
+    /// connection of its own, not the requests' one, so a settlement
+    /// round never sits in front of a customer's answer); `None`: `local`.
+    pub acker: Option<Acker>,
 }
 
 /// What one batch did.
@@ -281,6 +286,7 @@ impl Settler {
             cfg,
             die_before_ack_after: AtomicI64::new(-1),
             retry_own: Mutex::new(HashSet::new()),
+            acker: None,
         }
     }
 
@@ -410,7 +416,7 @@ impl Settler {
         // its unit sold twice, its key free for a second hold). If not
         // replicated, nothing is written or acknowledged: the entries stay
         // pending and are read again later (`retry_own`).
-        if let Some(acker) = &self.engine.acker
+        if let Some(acker) = &self.acker
             && !facts.is_empty()
             && let Err(e) = acker.confirm_all(facts).await
         {
