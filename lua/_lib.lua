@@ -1,6 +1,6 @@
 -- _lib.lua — helpers shared by the shard scripts. The origin prepends this
--- file to reserve.lua, take.lua, release.lua, sweep.lua, confirm.lua, observe.lua
--- and reconcile.lua when it loads them, so every script stays one EVALSHA on
+-- file to reserve.lua, take.lua, release.lua, sweep.lua, confirm.lua, observe.lua,
+-- reconcile.lua and restore.lua when it loads them, so every script stays one EVALSHA on
 -- one hash slot.
 --
 -- Shard KEYS layout (all under one hash tag, so one cluster slot):

@@ -1,13 +1,17 @@
 -- ack.lua — the barrier of one `REDIS_ACK=wait` round on one shard
 -- (origin/src/ack.rs): checks that this primary shows what the clients are
--- about to be told, and writes the point the round's WAIT then waits for.
+-- about to be told (or what the settler is about to write to Postgres), and
+-- writes the point the round's WAIT then waits for.
 --
 -- KEYS: 1 the shard's barrier counter (`<shard>:ack`), 2 the shard's holds
---       hash (both under the shard's hash tag: one slot)
--- ARGV: pairs (kind, hold id), kind one of
---         'held'  the hold exists (any status): a 202, fresh or replayed
+--       hash, 3 the shard's settlement stream (all under the shard's hash
+--       tag: one slot)
+-- ARGV: pairs (kind, subject), kind one of
+--         'held'  the hold (subject: its id) exists (any status): a 202, fresh or replayed
 --         'gone'  no such hold: a cancel
 --         'paid'  the hold exists and is paid: a payment's confirm
+--         'entry' the settlement entry exists and is about that hold (subject:
+--                 "<entry id> <hold id>"): the settler is about to commit it
 -- Returns: one 1 (shown) or 0 (not shown) per pair, in order.
 --
 -- Writes INCR (and a day's expiry) on KEYS[1]. Redis replicates a script's
@@ -16,21 +20,39 @@
 -- connection. The origin sends `WAIT 1 <timeout>` on the same connection
 -- right after: WAIT waits for that connection's last write, this INCR.
 -- A fact not shown here (the write went to a primary since replaced, or was
--- undone meanwhile) is never acknowledged, whatever WAIT says.
+-- undone meanwhile) is never acknowledged, whatever WAIT says. An entry is
+-- matched by its hold id too, so an entry id a promoted replica generated
+-- anew (another clock) never passes for the lost entry it repeats.
 
 redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], 86400)
 local out = {}
 for i = 1, #ARGV, 2 do
   local kind, id = ARGV[i], ARGV[i + 1]
-  local raw = redis.call('HGET', KEYS[2], id)
   local shown
-  if kind == 'gone' then
-    shown = not raw
-  elseif kind == 'paid' then
-    shown = raw and cjson.decode(raw).s == 'paid'
+  if kind == 'entry' then
+    local eid, hold = string.match(id, '^(%S+) (%S+)$')
+    shown = false
+    if eid then
+      local found = redis.call('XRANGE', KEYS[3], eid, eid)
+      if #found == 1 then
+        local fields = found[1][2]
+        for j = 1, #fields, 2 do
+          if fields[j] == 'id' and fields[j + 1] == hold then
+            shown = true
+          end
+        end
+      end
+    end
   else
-    shown = raw and true or false
+    local raw = redis.call('HGET', KEYS[2], id)
+    if kind == 'gone' then
+      shown = not raw
+    elseif kind == 'paid' then
+      shown = raw and cjson.decode(raw).s == 'paid'
+    else
+      shown = raw and true or false
+    end
   end
   out[#out + 1] = shown and 1 or 0
 end

@@ -1,6 +1,9 @@
 //! `REDIS_ACK=wait`: a write a client is told about (a hold's 202, a
 //! cancel's 200, a payment's confirm) counts only once a replica has it, so
 //! a primary killed right after the answer loses nothing it acknowledged.
+//! The settlement worker asks the same of every stream entry before it
+//! commits it to Postgres (`crate::settlement`), so Postgres only ever
+//! learns what survives a failover.
 //!
 //! # Design: group commit on a connection of its own
 //!
@@ -64,6 +67,9 @@ pub enum FactKind {
     Gone,
     /// It is paid (a payment's confirm).
     Paid,
+    /// A settlement entry about it is in the shard's stream (the settler is
+    /// about to commit it).
+    Entry,
 }
 
 impl FactKind {
@@ -72,6 +78,7 @@ impl FactKind {
             FactKind::Held => "held",
             FactKind::Gone => "gone",
             FactKind::Paid => "paid",
+            FactKind::Entry => "entry",
         }
     }
 }
@@ -81,18 +88,30 @@ impl FactKind {
 pub struct Fact {
     barrier: String,
     holds: String,
+    stream: String,
+    /// The hold id; for [`FactKind::Entry`], `"<entry id> <hold id>"`.
     id: String,
     kind: FactKind,
 }
 
 impl Fact {
+    /// `kind` about hold `hold_id` (for a stream entry use [`Fact::entry`]).
     pub fn new(keys: &ShardKeys, hold_id: &str, kind: FactKind) -> Self {
         Fact {
             barrier: keys.ack.clone(),
             holds: keys.holds.clone(),
+            stream: keys.stream.clone(),
             id: hold_id.to_string(),
             kind,
         }
+    }
+
+    /// The settlement entry `entry_id` about hold `hold_id` is in the
+    /// shard's stream.
+    pub fn entry(keys: &ShardKeys, entry_id: &str, hold_id: &str) -> Self {
+        let mut f = Fact::new(keys, hold_id, FactKind::Entry);
+        f.id = format!("{entry_id} {hold_id}");
+        f
     }
 }
 
@@ -145,6 +164,24 @@ impl Acker {
             .send(Pending { fact, done })
             .map_err(|_| AckError::Stopped)?;
         wait.await.unwrap_or(Err(AckError::Stopped))
+    }
+
+    /// Resolves once a replica has every one of `facts` (and the primary
+    /// shows each); the first failure otherwise. They are queued together,
+    /// so they usually share one round.
+    pub async fn confirm_all(&self, facts: Vec<Fact>) -> Result<(), AckError> {
+        let mut waits = Vec::with_capacity(facts.len());
+        for fact in facts {
+            let (done, wait) = oneshot::channel();
+            self.tx
+                .send(Pending { fact, done })
+                .map_err(|_| AckError::Stopped)?;
+            waits.push(wait);
+        }
+        for wait in waits {
+            wait.await.unwrap_or(Err(AckError::Stopped))?;
+        }
+        Ok(())
     }
 }
 
@@ -215,16 +252,22 @@ async fn one_round(
     }
     let c = conn.as_mut().expect("connected above");
     // Facts grouped per shard (one slot per script call), in a fixed order.
-    let mut shards: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    let mut shards: BTreeMap<(&str, &str, &str), Vec<usize>> = BTreeMap::new();
     for (i, f) in facts.iter().enumerate() {
         shards
-            .entry((f.barrier.as_str(), f.holds.as_str()))
+            .entry((f.barrier.as_str(), f.holds.as_str(), f.stream.as_str()))
             .or_default()
             .push(i);
     }
     let mut pipe = redis::pipe();
-    for ((barrier, holds), idx) in &shards {
-        let call = pipe.cmd("EVALSHA").arg(&sha).arg(2).arg(barrier).arg(holds);
+    for ((barrier, holds, stream), idx) in &shards {
+        let call = pipe
+            .cmd("EVALSHA")
+            .arg(&sha)
+            .arg(3)
+            .arg(barrier)
+            .arg(holds)
+            .arg(stream);
         for &i in idx {
             call.arg(facts[i].kind.arg()).arg(&facts[i].id);
         }

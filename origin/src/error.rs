@@ -166,6 +166,16 @@ impl ApiError {
             message: message.into(),
         }
     }
+    /// 503 `sale_unavailable`: a shard's keys are gone (Redis lost data)
+    /// until the reconciler rebuilds it; nothing can be said about its
+    /// holds or stock meanwhile.
+    pub fn sale_unavailable() -> Self {
+        ApiError::Unavailable {
+            code: "sale_unavailable",
+            message: "the sale's stock is being restored; retry shortly".into(),
+            retry_after: 5,
+        }
+    }
     pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
         ApiError::Unavailable {
             code,

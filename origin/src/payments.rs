@@ -245,6 +245,11 @@ pub enum ApplyError {
     /// was undone and nothing was recorded (the provider delivers again).
     #[error("{0}")]
     NotReplicated(#[from] crate::ack::AckError),
+    /// The hold was not found because its shard lost its keys (Redis lost
+    /// data): nothing was recorded; the provider delivers again after the
+    /// rebuild, which restores the hold from Postgres.
+    #[error("the hold's shard lost its keys and is being restored")]
+    ShardLost,
 }
 
 #[derive(sqlx::FromRow)]
@@ -253,6 +258,8 @@ struct PaymentRow {
     sale_id: String,
     account: String,
     amount_cents: i64,
+    /// The shard the reservation's hold was granted on.
+    shard: i32,
 }
 
 /// Applies a verified provider event; see the module doc for the saga order.
@@ -268,7 +275,8 @@ pub async fn apply_event(
         other => return Err(ApplyError::UnknownType(other.to_string())),
     };
     let pay: PaymentRow = sqlx::query_as(
-        "SELECT reservation_id, sale_id, account, amount_cents FROM payments WHERE id = $1",
+        "SELECT p.reservation_id, p.sale_id, p.account, p.amount_cents, r.shard
+         FROM payments p JOIN reservations r ON r.id = p.reservation_id WHERE p.id = $1",
     )
     .bind(&event.data.payment_id)
     .fetch_optional(pool)
@@ -322,6 +330,17 @@ pub async fn apply_event(
             Some(sale) => confirm_hold(engine, sale, &pay.reservation_id, false).await?,
             None => None,
         };
+        // Not found because its shard lost its keys: no verdict (a refund)
+        // about a hold the rebuild will restore; the provider retries.
+        if confirmed_on.is_none()
+            && let Some(sale) = &sale
+            && let Some(rid) = ReservationId::parse(&pay.reservation_id)
+            && engine
+                .any_lost(sale, &[rid.home, pay.shard as usize])
+                .await?
+        {
+            return Err(ApplyError::ShardLost);
+        }
         let confirmed = confirmed_on.is_some();
         // REDIS_ACK=wait: the sale is recorded only once a replica has the
         // confirm (a failover must not hand the unit back to expiry while
@@ -542,27 +561,32 @@ pub async fn align_hold(
     apply: bool,
 ) -> Result<Alignment, AlignError> {
     let mut tx = pool.begin().await?;
-    let status: Option<String> =
-        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
-            .bind(reservation_id)
-            .fetch_optional(&mut *tx)
-            .await
-        {
-            Err(e) if is_lock_unavailable(&e) => return Ok(Alignment::Busy),
-            other => other?,
-        };
-    if let Err(e) =
-        sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
-            .bind(reservation_id)
-            .execute(&mut *tx)
-            .await
-    {
-        return if is_lock_unavailable(&e) {
-            Ok(Alignment::Busy)
-        } else {
-            Err(e.into())
-        };
+    match align_locked(&mut tx, engine, sale, reservation_id, apply).await {
+        // Released only now: the Redis change happened under the locks.
+        Ok(a) if a != Alignment::Busy => {
+            tx.commit().await?;
+            Ok(a)
+        }
+        // Rolled back explicitly, not by drop: a dropped transaction's
+        // rollback runs later on its pooled connection, keeping the
+        // reservation row locked meanwhile (the next look would find it Busy).
+        other => {
+            tx.rollback().await?;
+            other
+        }
     }
+}
+
+async fn align_locked(
+    tx: &mut sqlx::PgConnection,
+    engine: &Engine,
+    sale: &Sale,
+    reservation_id: &str,
+    apply: bool,
+) -> Result<Alignment, AlignError> {
+    let Some(status) = lock_reservation_rows(tx, reservation_id).await? else {
+        return Ok(Alignment::Busy);
+    };
     let Some(status) = status else {
         return Ok(Alignment::Agreed);
     };
@@ -573,7 +597,7 @@ pub async fn align_hold(
         return Ok(Alignment::Agreed);
     };
     let pg_paid = status == "paid";
-    let outcome = match (hold.status == "paid", pg_paid) {
+    Ok(match (hold.status == "paid", pg_paid) {
         (true, false) if !apply => Alignment::Unconfirmed,
         (false, true) if !apply => Alignment::Confirmed,
         (true, false) => {
@@ -592,10 +616,37 @@ pub async fn align_hold(
             Alignment::Confirmed
         }
         _ => Alignment::Agreed,
-    };
-    // Released only now: the Redis change happened under the locks.
-    tx.commit().await?;
-    Ok(outcome)
+    })
+}
+
+/// Locks reservation `id`'s row and then all its payment rows (`NOWAIT`),
+/// the locks a purchase (reservation) and an event (payment) take before
+/// they change anything, so none of them interleaves with what the caller
+/// decides under them. `None`: something is locked (an event or purchase is
+/// under way; the caller rolls back and looks again later). Else the
+/// reservation's status (`Some(None)`: no such row).
+pub(crate) async fn lock_reservation_rows(
+    tx: &mut sqlx::PgConnection,
+    id: &str,
+) -> Result<Option<Option<String>>, sqlx::Error> {
+    let status =
+        match sqlx::query_scalar("SELECT status FROM reservations WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+        {
+            Err(e) if is_lock_unavailable(&e) => return Ok(None),
+            other => other?,
+        };
+    match sqlx::query("SELECT 1 FROM payments WHERE reservation_id = $1 FOR UPDATE NOWAIT")
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+    {
+        Err(e) if is_lock_unavailable(&e) => Ok(None),
+        Err(e) => Err(e),
+        Ok(_) => Ok(Some(status)),
+    }
 }
 
 fn is_lock_unavailable(e: &sqlx::Error) -> bool {

@@ -7,9 +7,34 @@
 //! shard's stream is drained, reports the drift (metric + log line) and
 //! repairs the stock with reconcile.lua, which refuses if the stream is not
 //! drained or the shard moved since it was read: it never "repairs" from a
-//! Postgres that is behind. When the hold records themselves disagree
-//! (Redis holds ≠ Postgres live reservations), it reports and leaves the
-//! shard alone: that needs an operator, not arithmetic.
+//! Postgres that is behind.
+//!
+//! When the hold records themselves disagree, one direction has a known
+//! cause and is repaired: a reservation Postgres has live that the drained,
+//! stable shard does not hold. Only a failover does that (the settler wrote
+//! the hold from a primary whose replica never had it, which `REDIS_ACK=local`
+//! allows; `wait` makes the settler wait for a replica). Nothing else would
+//! ever release it, so:
+//! - unpaid (`settled`/`pending_payment`): released in Postgres (`expired`,
+//!   `release_reason = 'lost'`, its units back in `inventory`, one
+//!   transaction) — Redis already offers those units again; its
+//!   Idempotency-Key record is put back (if absent) so a retried key gets
+//!   its first answer, not a second reservation;
+//! - `paid`: its hold record is put back in Redis as paid and its units
+//!   taken from the shard's stock (restore.lua: atomically, only at the
+//!   version compared), with the account's count, its spill quota
+//!   (restore_quota.lua on the home shard, counted first) and its key record.
+//!
+//! Each repair runs under the reservation's and its payments' row locks
+//! (`NOWAIT`, the locks a purchase and a payment event take first, as in
+//! `payments::align_hold`), re-reads Redis under them (the shard still at the
+//! version compared, the hold still nowhere), and skips the reservation
+//! when anything is locked or moved: the next round looks again. The settler
+//! cannot interleave (a new entry moves the version; an entry it applies
+//! meanwhile waits on the row lock and then finds the row released), the
+//! sweep has no hold to expire, and a shard whose keys are gone is the cold
+//! rebuild's (it is never compared). Hold records Postgres does not have
+//! live are reported and left alone: that needs an operator.
 //!
 //! A round costs Redis and this process a bounded amount of work per step,
 //! whatever the number of holds: hold records are read with `HSCAN` in
@@ -69,6 +94,15 @@ pub struct Report {
     pub state_mismatches: Vec<String>,
     /// Those of them re-aligned with Postgres this round (when `repair`).
     pub aligned: Vec<String>,
+    /// Reservations Postgres has live that their drained, stable shard does
+    /// not hold (a failover took them back), by id.
+    pub lost_holds: Vec<String>,
+    /// Those of them that were unpaid and are now released in Postgres
+    /// (`release_reason = 'lost'`) (when `repair`).
+    pub released_lost: Vec<String>,
+    /// Those of them that were paid and whose hold is back in Redis (when
+    /// `repair`).
+    pub restored_paid: Vec<String>,
 }
 
 /// Holds asked for per `HSCAN` call, and checked against Postgres at a
@@ -165,7 +199,13 @@ enum ShardCheck {
     /// Units moved while it was read: nothing to conclude this round.
     Moving,
     /// Redis's hold records and Postgres's live reservations differ.
-    Mismatch { redis: usize, postgres: usize },
+    Mismatch {
+        observed: Observed,
+        /// Live in Postgres, no hold record on the shard.
+        missing: Vec<String>,
+        /// Hold records Postgres does not have live.
+        extra: usize,
+    },
     /// The records agree; the stock Redis has and the one Postgres implies.
     Compared { observed: Observed, expected: i64 },
 }
@@ -198,11 +238,17 @@ async fn compare_shard(
     if observe(engine, k).await? != before {
         return Ok(ShardCheck::Moving);
     }
-    let same = redis_ids.len() == live.len() && live.iter().all(|(id, _)| redis_ids.contains(id));
-    if !same {
+    let missing: Vec<String> = live
+        .iter()
+        .filter(|(id, _)| !redis_ids.contains(id))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let extra = redis_ids.len() - (live.len() - missing.len());
+    if !missing.is_empty() || extra > 0 {
         return Ok(ShardCheck::Mismatch {
-            redis: redis_ids.len(),
-            postgres: live.len(),
+            observed: before,
+            missing,
+            extra,
         });
     }
     Ok(ShardCheck::Compared {
@@ -270,9 +316,22 @@ pub async fn reconcile_sale(
     for (i, k) in sale.shards.iter().enumerate() {
         let (observed, expected) = match compare_shard(engine, pool, sale, i).await? {
             ShardCheck::Moving => continue,
-            ShardCheck::Mismatch { redis, postgres } => {
-                tracing::error!(sale = %cfg.id, shard = i, redis, postgres, "reconcile: hold records disagree; not repairing");
-                report.mismatched_shards.push(i);
+            ShardCheck::Mismatch {
+                observed,
+                missing,
+                extra,
+            } => {
+                report.lost_holds.extend(missing.iter().cloned());
+                let repaired = if repair && !missing.is_empty() {
+                    repair_missing(engine, pool, sale, i, &observed, &missing, &mut report).await?
+                } else {
+                    0
+                };
+                let left = missing.len() - repaired;
+                if left > 0 || extra > 0 {
+                    tracing::error!(sale = %cfg.id, shard = i, missing = left, extra, "reconcile: hold records disagree; left for an operator or the next round");
+                    report.mismatched_shards.push(i);
+                }
                 continue;
             }
             ShardCheck::Compared { observed, expected } => (observed, expected),
@@ -330,6 +389,271 @@ impl RebuildRow {
     fn live(&self) -> bool {
         matches!(self.status.as_str(), "settled" | "pending_payment" | "paid")
     }
+
+    /// Its hold record, as `lua/_lib.lua` lays it out.
+    fn hold_record(&self) -> serde_json::Value {
+        let s = if self.status == "paid" {
+            "paid"
+        } else {
+            "held"
+        };
+        let mut h = json!({"a": self.account, "q": self.qty, "e": self.expires_at.timestamp_millis(),
+                           "h": self.home, "c": self.created_at.timestamp_millis(), "s": s});
+        if let Some(idem) = &self.idem {
+            h["k"] = json!(idem);
+            h["r"] = json!(self.requested_qty.unwrap_or(self.qty));
+        }
+        h
+    }
+
+    /// Its Idempotency-Key record (the first answer), as reserve.lua keeps it.
+    fn key_record(&self) -> serde_json::Value {
+        json!({"st": "held", "id": self.id, "sh": self.shard, "e": self.expires_at.timestamp_millis(),
+               "q": self.qty, "rq": self.requested_qty.unwrap_or(self.qty)})
+    }
+}
+
+/// Seconds an Idempotency-Key record made at `created_ms` has left (≤ 0:
+/// expired, not to be restored).
+fn key_ttl(created_ms: i64, now_ms: i64) -> i64 {
+    IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000
+}
+
+const REBUILD_COLUMNS: &str =
+    "id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty";
+
+/// What one repair of a missing hold came to.
+enum Repair {
+    /// Unpaid: released in Postgres.
+    Released,
+    /// Paid: back in Redis; the shard's version after it.
+    Restored { version: String },
+    /// Not now (locked, moved, found after all, no stock): the next round.
+    Skipped(&'static str),
+}
+
+/// Repairs the reservations Postgres has live on shard `i` that the shard,
+/// drained and stable at `observed`, does not hold (module doc); returns
+/// how many it repaired. Unpaid ones first: releasing them in Postgres
+/// does not move the shard's version, a restore does (and says to what, so
+/// the next restore of this comparison checks against it).
+async fn repair_missing(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    i: usize,
+    observed: &Observed,
+    missing: &[String],
+    report: &mut Report,
+) -> Result<usize, ReconcileError> {
+    let cfg = &sale.config;
+    let mut rows: Vec<RebuildRow> = sqlx::query_as(&format!(
+        "SELECT {REBUILD_COLUMNS} FROM reservations WHERE sale_id = $1 AND id = ANY($2)"
+    ))
+    .bind(&cfg.id)
+    .bind(missing)
+    .fetch_all(pool)
+    .await?;
+    rows.sort_by_key(|r| (r.status == "paid", r.created_at));
+    let mut version = observed.version.clone();
+    let mut repaired = 0;
+    for r in &rows {
+        match repair_one(engine, pool, sale, i, &version, r).await? {
+            Repair::Released => {
+                tracing::warn!(sale = %cfg.id, shard = i, reservation = %r.id, account = %r.account, qty = r.qty, "reconcile: released in Postgres a hold the shard lost (failover); its units are on sale again");
+                metrics::counter!("flashsale_lost_holds_total", "repair" => "released")
+                    .increment(1);
+                report.released_lost.push(r.id.clone());
+                repaired += 1;
+            }
+            Repair::Restored { version: v } => {
+                tracing::warn!(sale = %cfg.id, shard = i, reservation = %r.id, account = %r.account, qty = r.qty, "reconcile: restored in Redis a paid hold the shard lost (failover)");
+                metrics::counter!("flashsale_lost_holds_total", "repair" => "restored")
+                    .increment(1);
+                report.restored_paid.push(r.id.clone());
+                version = v;
+                repaired += 1;
+            }
+            Repair::Skipped(why) => {
+                tracing::info!(sale = %cfg.id, shard = i, reservation = %r.id, why, "reconcile: a lost hold not repaired this round");
+            }
+        }
+    }
+    Ok(repaired)
+}
+
+/// One missing hold, under the reservation's and its payments' row locks:
+/// committed when repaired, rolled back explicitly otherwise (a dropped
+/// transaction would keep the rows locked until its pooled connection is
+/// used again).
+async fn repair_one(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    i: usize,
+    version: &str,
+    r: &RebuildRow,
+) -> Result<Repair, ReconcileError> {
+    let mut tx = pool.begin().await?;
+    let outcome = repair_locked(&mut tx, engine, sale, i, version, r).await;
+    if !matches!(outcome, Ok(Repair::Released | Repair::Restored { .. })) {
+        tx.rollback().await?;
+        return outcome;
+    }
+    // Released only now: a restore's Redis change happened under the locks.
+    tx.commit().await?;
+    if let Ok(Repair::Released) = outcome
+        && let Some((key, ttl)) = key_to_restore(sale, r)
+    {
+        // A retried key answers its first hold (gone), as after a cold
+        // rebuild, rather than making a second reservation.
+        let _: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(r.key_record().to_string())
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl)
+            .query_async(&mut engine.conn.clone())
+            .await?;
+    }
+    outcome
+}
+
+/// The reservation's Idempotency-Key record on its home shard and the
+/// seconds it has left, if it has one still to keep.
+fn key_to_restore(sale: &Sale, r: &RebuildRow) -> Option<(String, i64)> {
+    let ttl = key_ttl(
+        r.created_at.timestamp_millis(),
+        Utc::now().timestamp_millis(),
+    );
+    let home = sale.shards.get(r.home as usize)?;
+    Some((home.idem_at(r.idem.as_deref()?), ttl)).filter(|_| ttl > 0)
+}
+
+async fn repair_locked(
+    tx: &mut sqlx::PgConnection,
+    engine: &Engine,
+    sale: &Sale,
+    i: usize,
+    version: &str,
+    r: &RebuildRow,
+) -> Result<Repair, ReconcileError> {
+    let (Some(k), Some(home)) = (sale.shards.get(i), sale.shards.get(r.home as usize)) else {
+        return Ok(Repair::Skipped("unknown shard"));
+    };
+    let Some(status) = payments::lock_reservation_rows(tx, &r.id).await? else {
+        return Ok(Repair::Skipped("locked"));
+    };
+    if status.as_deref() != Some(r.status.as_str()) {
+        return Ok(Repair::Skipped("changed"));
+    }
+    // Under the locks, Redis again: the hold still nowhere to be found.
+    if engine
+        .find_hold(sale, &r.id, r.home as usize)
+        .await?
+        .is_some()
+    {
+        return Ok(Repair::Skipped("found"));
+    }
+    if r.status != "paid" {
+        // The shard still at the version compared: no hold came or went.
+        let now = observe(engine, k).await?;
+        if now.stock.is_none() || now.version != version {
+            return Ok(Repair::Skipped("moved"));
+        }
+        let released: Option<i32> = sqlx::query_scalar(
+            "UPDATE reservations SET status = 'expired', released_at = now(), release_reason = 'lost'
+             WHERE id = $1 AND status IN ('settled', 'pending_payment') RETURNING qty",
+        )
+        .bind(&r.id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(qty) = released else {
+            return Ok(Repair::Skipped("changed"));
+        };
+        sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+            .bind(&sale.config.id)
+            .bind(qty)
+            .execute(&mut *tx)
+            .await?;
+        return Ok(Repair::Released);
+    }
+    // Paid: the count (and quota) on the home shard first, the safe side.
+    // (A hold without a key record to restore still names a key in the
+    // script's slot; the script leaves it alone when given no value.)
+    let key = key_to_restore(sale, r);
+    let ttl = key.as_ref().map_or(1, |(_, ttl)| *ttl);
+    let record = || {
+        key.as_ref()
+            .map(|_| r.key_record().to_string())
+            .unwrap_or_default()
+    };
+    let mut conn = engine.conn.clone();
+    let spilled = r.home as usize != i;
+    let counted_now = if spilled {
+        let counted: i64 = engine
+            .scripts
+            .restore_quota
+            .key(&home.stock)
+            .key(&home.users)
+            .key(&home.quota)
+            .key(
+                key.as_ref()
+                    .map_or_else(|| home.idem_at("none"), |(k, _)| k.clone()),
+            )
+            .arg(&r.id)
+            .arg(&r.account)
+            .arg(r.qty)
+            .arg(i)
+            .arg(record())
+            .arg(ttl)
+            .invoke_async(&mut conn)
+            .await?;
+        if counted < 0 {
+            return Ok(Repair::Skipped("home shard lost"));
+        }
+        counted == 1
+    } else {
+        false
+    };
+    let (eighth, value, eighth_ttl) = if spilled {
+        (
+            k.spill_marker(&r.id),
+            "H".to_string(),
+            IDEMPOTENCY_TTL_SECS as i64,
+        )
+    } else {
+        let key = key
+            .as_ref()
+            .map_or_else(|| k.idem_at("none"), |(k, _)| k.clone());
+        (key, record(), ttl)
+    };
+    let (done, detail): (i64, String) = engine
+        .scripts
+        .restore
+        .key(k.all().as_slice())
+        .key(eighth)
+        .arg(version)
+        .arg(&r.id)
+        .arg(r.hold_record().to_string())
+        .arg(i)
+        .arg(&sale.config.id)
+        .arg(value)
+        .arg(eighth_ttl)
+        .invoke_async(&mut conn)
+        .await?;
+    if done == 1 {
+        return Ok(Repair::Restored { version: detail });
+    }
+    if counted_now {
+        engine.give_back_quota(home, &r.id).await?;
+    }
+    Ok(Repair::Skipped(match detail.as_str() {
+        "stock" => "no stock left on the shard",
+        "exists" => "found",
+        "gone" => "shard lost",
+        _ => "moved",
+    }))
 }
 
 /// Finds holds whose Redis `paid` state disagrees with their reservation's
@@ -496,12 +820,12 @@ pub async fn rebuild_sale(
         unsettled.extend(entries.ids.iter().filter_map(|e| StreamHold::parse(e, i)));
     }
     let since = Utc::now() - chrono::Duration::seconds(IDEMPOTENCY_TTL_SECS as i64);
-    let rows: Vec<RebuildRow> = sqlx::query_as(
-        "SELECT id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty
+    let rows: Vec<RebuildRow> = sqlx::query_as(&format!(
+        "SELECT {REBUILD_COLUMNS}
          FROM reservations
          WHERE sale_id = $1 AND (status IN ('settled', 'pending_payment', 'paid')
-                                 OR (idem IS NOT NULL AND created_at > $2))",
-    )
+                                 OR (idem IS NOT NULL AND created_at > $2))"
+    ))
     .bind(&cfg.id)
     .bind(since)
     .fetch_all(pool)
@@ -518,16 +842,7 @@ pub async fn rebuild_sale(
             - on_shard.iter().map(|r| i64::from(r.qty)).sum::<i64>();
         let holds: Vec<_> = on_shard
             .iter()
-            .map(|r| {
-                let s = if r.status == "paid" { "paid" } else { "held" };
-                let mut h = json!({"a": r.account, "q": r.qty, "e": r.expires_at.timestamp_millis(),
-                                   "h": r.home, "c": r.created_at.timestamp_millis(), "s": s});
-                if let Some(idem) = &r.idem {
-                    h["k"] = json!(idem);
-                    h["r"] = json!(r.requested_qty.unwrap_or(r.qty));
-                }
-                json!([r.id, h])
-            })
+            .map(|r| json!([r.id, r.hold_record()]))
             .collect();
         // Every hold of an account whose home is i: (id, account, qty, shard).
         let mut owed: Vec<(&str, &str, i64, usize)> = rows
@@ -560,9 +875,7 @@ pub async fn rebuild_sale(
         let mut idem: HashMap<&str, (serde_json::Value, i64)> = HashMap::new();
         for r in rows.iter().filter(|r| r.home as usize == i) {
             let Some(hash) = &r.idem else { continue };
-            let rec = json!({"st": "held", "id": r.id, "sh": r.shard, "e": r.expires_at.timestamp_millis(),
-                             "q": r.qty, "rq": r.requested_qty.unwrap_or(r.qty)});
-            idem.insert(hash, (rec, r.created_at.timestamp_millis()));
+            idem.insert(hash, (r.key_record(), r.created_at.timestamp_millis()));
         }
         for u in unsettled.iter().filter(|u| u.home == i) {
             let rec = json!({"st": "held", "id": u.id, "sh": u.shard, "e": u.expires_ms, "q": u.qty,
@@ -619,7 +932,7 @@ pub async fn rebuild_sale(
                     .map(|(key, v, c)| (key, v.to_string(), c)),
             );
         for (key, value, created_ms) in records {
-            let ttl = IDEMPOTENCY_TTL_SECS as i64 - (now_ms - created_ms) / 1000;
+            let ttl = key_ttl(created_ms, now_ms);
             if ttl > 0 {
                 pipe.cmd("SET")
                     .arg(key)
@@ -690,15 +1003,7 @@ async fn return_lost_notes(
         .fetch_all(pool)
         .await?;
         for id in over {
-            let returned: i64 = engine
-                .scripts
-                .quota_return
-                .key(&k.users)
-                .key(&k.quota)
-                .arg(&id)
-                .invoke_async(&mut conn)
-                .await?;
-            if returned == 1 {
+            if engine.give_back_quota(k, &id).await? {
                 tracing::warn!(sale = %sale.config.id, shard = h, hold = %id, "rebuild: returned the quota of a released hold whose note was lost");
             }
         }

@@ -426,6 +426,26 @@ impl Engine {
         Ok(())
     }
 
+    /// quota_return.lua without a key record: gives back the quota the
+    /// `home` shard counted for spilled hold `hold_id` (at most once per
+    /// hold id); whether there was any to give back.
+    pub async fn give_back_quota(
+        &self,
+        home: &ShardKeys,
+        hold_id: &str,
+    ) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        let returned: i64 = self
+            .scripts
+            .quota_return
+            .key(&home.users)
+            .key(&home.quota)
+            .arg(hold_id)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(returned == 1)
+    }
+
     /// Finds a live hold in Redis: its shard and record. A spilled hold is
     /// found through its home shard's quota record, which says where it
     /// landed; when the process that spilled it stopped before recording
@@ -492,6 +512,41 @@ impl Engine {
             2 => Released::Paid,
             _ => Released::NotHeld,
         })
+    }
+
+    /// Whether any of `shards` of `sale` has lost its keys (Redis lost
+    /// data; the cold rebuild restores it). A hold not found there may still
+    /// exist in Postgres: no verdict about it until the rebuild.
+    pub async fn any_lost(&self, sale: &Sale, shards: &[usize]) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        for k in shards.iter().filter_map(|&i| sale.shards.get(i)) {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&k.stock)
+                .query_async(&mut conn)
+                .await?;
+            if !exists {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether (account, Idempotency-Key) has a record on the account's
+    /// home shard, i.e. the key was used: one GET, no script (the sold-out
+    /// path asks it before answering 410, so a replay gets its first answer).
+    pub async fn key_recorded(
+        &self,
+        sale: &Sale,
+        account: &str,
+        idempotency_key: &str,
+    ) -> Result<bool, RedisError> {
+        let home = &sale.shards[home_shard(account, sale.shards.len())];
+        let mut conn = self.conn.clone();
+        let record: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(home.idem(account, idempotency_key))
+            .query_async(&mut conn)
+            .await?;
+        Ok(record.is_some())
     }
 
     /// `true` when no shard has stock or reclaimable (expired) holds.

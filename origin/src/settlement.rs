@@ -18,6 +18,15 @@
 //!   still pending) writes the row as released from the fields the release
 //!   record carries; the hold, when claimed, then changes nothing.
 //!
+//! With `REDIS_ACK=wait` a batch is committed only once a replica has its
+//! entries (`crate::ack`: the barrier checks this primary's stream holds
+//! each entry, then `WAIT 1`, on a dedicated connection of the settler's own
+//! acknowledger, so neither a request connection nor the requests' rounds
+//! wait for it). Otherwise nothing is written and the entries
+//! stay pending, read again by this consumer (or claimed): Postgres never
+//! learns a hold or release that a failover can take back. (With `local` it
+//! may; the reconciler repairs what a failover took back, `crate::reconcile`.)
+//!
 //! Entries are acknowledged (and deleted from the stream) only after the
 //! commit. Entries a dead consumer left pending are claimed with XAUTOCLAIM
 //! after `claim_idle`. Errors are split: a lost connection is retryable (back
@@ -25,9 +34,9 @@
 //! fatal for that entry only: it is parked in the shard's dead-letter stream
 //! and the worker keeps going.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -38,6 +47,7 @@ use redis::streams::{
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
+use crate::ack::{AckError, Acker, Fact};
 use crate::reservations::Engine;
 use crate::sales::{Sale, SaleRegistry};
 use crate::store::ShardKeys;
@@ -82,6 +92,10 @@ pub enum SettleError {
     /// Try again later; nothing was acknowledged.
     #[error("retryable: {0}")]
     Retryable(String),
+    /// `REDIS_ACK=wait`: no replica showed the batch's entries in time;
+    /// nothing was written, the entries stay pending.
+    #[error("not replicated: {0}")]
+    NotReplicated(AckError),
 }
 
 impl From<redis::RedisError> for SettleError {
@@ -235,6 +249,15 @@ pub struct Settler {
     /// Test hook: when it counts down to zero, the worker "dies" right after
     /// a commit and before acknowledging (negative: disabled).
     pub die_before_ack_after: AtomicI64,
+    /// Streams where a batch failed `REDIS_ACK=wait`'s replication check:
+    /// this consumer reads its own pending entries there first, so the
+    /// batch settles as soon as a replica has it (not only after
+    /// `claim_idle`).
+    retry_own: Mutex<HashSet<String>>,
+    /// `REDIS_ACK=wait`: the settler's own acknowledger (a dedicated
+    /// connection of its own, not the requests' one, so a settlement
+    /// round never sits in front of a customer's answer); `None`: `local`.
+    pub acker: Option<Acker>,
 }
 
 /// What one batch did.
@@ -262,6 +285,8 @@ impl Settler {
             sales,
             cfg,
             die_before_ack_after: AtomicI64::new(-1),
+            retry_own: Mutex::new(HashSet::new()),
+            acker: None,
         }
     }
 
@@ -276,25 +301,48 @@ impl Settler {
         shard: usize,
     ) -> Result<BatchOutcome, SettleError> {
         let keys = &sale.shards[shard];
+        // A batch no replica had yet is still pending on this consumer: read
+        // it again ("0": this consumer's pending entries) before new ones.
+        let own = self
+            .retry_own
+            .lock()
+            .expect("retry_own lock")
+            .contains(&keys.stream);
+        if own {
+            let entries = self.read_group(keys, "0").await?;
+            if !entries.is_empty() {
+                return self.process(sale, shard, entries).await;
+            }
+            self.retry_own
+                .lock()
+                .expect("retry_own lock")
+                .remove(&keys.stream);
+        }
+        let entries = self.read_group(keys, ">").await?;
+        self.process(sale, shard, entries).await
+    }
+
+    /// XREADGROUP of up to one batch from `id` (`>`: new entries; `0`: this
+    /// consumer's pending ones).
+    async fn read_group(&self, keys: &ShardKeys, id: &str) -> Result<Vec<StreamId>, SettleError> {
         let mut conn = self.engine.conn.clone();
         let opts = StreamReadOptions::default()
             .group(GROUP, &self.cfg.consumer)
             .count(self.cfg.batch);
         let read: redis::RedisResult<Option<StreamReadReply>> =
-            conn.xread_options(&[&keys.stream], &[">"], &opts).await;
+            conn.xread_options(&[&keys.stream], &[id], &opts).await;
         let reply = match read {
             // The group is made at `sale create`; a Redis that lost its data
             // lost it too: make it again (from 0: nothing is skipped).
             Err(e) if e.code() == Some("NOGROUP") => {
                 self.ensure_group(keys).await?;
-                conn.xread_options(&[&keys.stream], &[">"], &opts).await?
+                conn.xread_options(&[&keys.stream], &[id], &opts).await?
             }
             other => other?,
         };
-        let entries: Vec<StreamId> = reply
+        Ok(reply
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default();
-        self.process(sale, shard, entries).await
+            .unwrap_or_default())
     }
 
     /// Takes over entries another consumer left pending too long.
@@ -347,23 +395,49 @@ impl Settler {
         let mut conn = self.engine.conn.clone();
         let mut holds = Vec::new();
         let mut releases = Vec::new();
+        let mut malformed = Vec::new();
+        let mut facts = Vec::new();
         for e in &entries {
             match parse(e, sale_id) {
-                Some(r @ Record::Hold { .. }) => holds.push(r),
-                Some(r @ Record::Release { .. }) => releases.push(r),
-                None => {
-                    // Fatal for this entry only: park it, keep going.
-                    let mut fields: Vec<(String, String)> = e
-                        .map
-                        .keys()
-                        .filter_map(|k| Some((k.clone(), field(e, k)?)))
-                        .collect();
-                    fields.push(("original_id".into(), e.id.clone()));
-                    let _: String = conn.xadd(&keys.dead_letter, "*", &fields).await?;
-                    tracing::error!(sale = %sale_id, shard, entry = %e.id, "malformed settlement entry parked in the dead-letter stream");
-                    out.dead_lettered += 1;
+                Some(r) => {
+                    let (Record::Hold { id, .. } | Record::Release { id, .. }) = &r;
+                    facts.push(Fact::entry(keys, &e.id, id));
+                    match r {
+                        Record::Hold { .. } => holds.push(r),
+                        Record::Release { .. } => releases.push(r),
+                    }
                 }
+                None => malformed.push(e),
             }
+        }
+        // REDIS_ACK=wait: commit only what a replica has. An entry only this
+        // primary has may die with it in a failover; in Postgres it would
+        // outlive it for good (a live reservation the new primary never had,
+        // its unit sold twice, its key free for a second hold). If not
+        // replicated, nothing is written or acknowledged: the entries stay
+        // pending and are read again later (`retry_own`).
+        if let Some(acker) = &self.acker
+            && !facts.is_empty()
+            && let Err(e) = acker.confirm_all(facts).await
+        {
+            self.retry_own
+                .lock()
+                .expect("retry_own lock")
+                .insert(keys.stream.clone());
+            metrics::counter!("flashsale_settlement_not_replicated_total").increment(1);
+            return Err(SettleError::NotReplicated(e));
+        }
+        for e in malformed {
+            // Fatal for this entry only: park it, keep going.
+            let mut fields: Vec<(String, String)> = e
+                .map
+                .keys()
+                .filter_map(|k| Some((k.clone(), field(e, k)?)))
+                .collect();
+            fields.push(("original_id".into(), e.id.clone()));
+            let _: String = conn.xadd(&keys.dead_letter, "*", &fields).await?;
+            tracing::error!(sale = %sale_id, shard, entry = %e.id, "malformed settlement entry parked in the dead-letter stream");
+            out.dead_lettered += 1;
         }
 
         let mut tx = self.pool.begin().await?;

@@ -105,12 +105,18 @@ impl AppState {
         let mut cfg = SettleConfig::new(consumer_name());
         cfg.claim_idle = self.settings.settle_claim_idle;
         cfg.linger = self.settings.settle_linger;
-        Arc::new(Settler::new(
+        let mut settler = Settler::new(
             self.engine.clone(),
             self.pool.clone(),
             self.sales.clone(),
             cfg,
-        ))
+        );
+        // REDIS_ACK=wait: batches commit once a replica has them, checked
+        // on a connection of the settler's own (ends with the settler).
+        if let AckMode::Wait { timeout, .. } = self.settings.redis_ack {
+            settler.acker = Some(Acker::start(self.settings.redis.clone(), timeout, 1));
+        }
+        Arc::new(settler)
     }
 }
 

@@ -238,6 +238,8 @@ pub struct Scripts {
     pub rebuild: Script,
     pub confirm: Script,
     pub unconfirm: Script,
+    pub restore: Script,
+    pub restore_quota: Script,
 }
 
 const LIB: &str = include_str!("../../lua/_lib.lua");
@@ -260,6 +262,8 @@ impl Scripts {
             rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
             confirm: with_lib(include_str!("../../lua/confirm.lua")),
             unconfirm: Script::new(include_str!("../../lua/unconfirm.lua")),
+            restore: with_lib(include_str!("../../lua/restore.lua")),
+            restore_quota: Script::new(include_str!("../../lua/restore_quota.lua")),
         }
     }
 }

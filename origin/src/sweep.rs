@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{AsyncCommands, Value};
+use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
 use crate::reservations::Engine;
@@ -52,14 +52,7 @@ pub async fn sweep_sale(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64>
             if let Ok(note) = serde_json::from_str::<UnquotaNote>(&raw)
                 && let Some(home) = sale.shards.get(note.h)
             {
-                let _: Value = engine
-                    .scripts
-                    .quota_return
-                    .key(&home.users)
-                    .key(&home.quota)
-                    .arg(&note.id)
-                    .invoke_async(&mut conn)
-                    .await?;
+                engine.give_back_quota(home, &note.id).await?;
             }
             // Only after the quota is back (or the note is unreadable, which
             // no script writes) is the note dropped: at-least-once, and

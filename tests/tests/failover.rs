@@ -433,3 +433,132 @@ async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pay
     assert_eq!(hold_status(&mut conn).await, "paid");
     app.stop().await;
 }
+
+/// Found by scripts/chaos (the `redis-failover-wait` row, RELIABILITY.md):
+/// `REDIS_ACK=wait` keeps every hold it acknowledged through a failover,
+/// but a hold it refused with 503 `not_replicated` still happened on the
+/// primary, and the settlement worker (reading the primary's stream without
+/// waiting for a replica) wrote it into Postgres. When the primary died, the
+/// promoted replica had neither the hold nor its key record: the client's
+/// retry of the same Idempotency-Key made a second hold (two reservations
+/// for one key in Postgres), and the first stayed `settled` for good. The
+/// settler now commits a batch only once a replica has its entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_hold_does_not_outlive_a_failover_in_postgres() {
+    let _heavy = heavy().await;
+    let mut setup = SentinelSetup::start(2, 3);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: setup.target(),
+        redis_ack: AckMode::Wait {
+            timeout: Duration::from_millis(100),
+            connections: 1,
+        },
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("ghost", 10, 2, 1)).await;
+    let token = app.admit("alice", "ghost");
+    let body = r#"{"qty":1}"#;
+
+    setup.cut_replicas_off();
+    let (status, answer, _) = app.reserve("ghost", Some(&token), Some("k1"), body).await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (503, &"not_replicated".into())
+    );
+    let rows = |app: &TestApp| {
+        let pool = app.state.pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, String)>(
+                "SELECT id, status FROM reservations WHERE sale_id = 'ghost' ORDER BY id",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // The settler has its chance to write the refused hold (it writes a
+    // hold within milliseconds when it may).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let before_kill = rows(&app).await;
+
+    let old = setup.primary.port;
+    setup.primary.kill();
+    setup.wait_for_failover(old, Duration::from_secs(20));
+    // The client retries its key until the new primary acknowledges.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let held = loop {
+        let (status, answer, _) = app.reserve("ghost", Some(&token), Some("k1"), body).await;
+        if status == 202 {
+            break answer["reservation_id"].as_str().unwrap().to_string();
+        }
+        assert_eq!(status, 503, "{answer}");
+        assert!(
+            Instant::now() < deadline,
+            "no 202 after the failover: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while rows(&app).await.iter().all(|(id, _)| *id != held) {
+        assert!(
+            Instant::now() < deadline,
+            "the acknowledged hold never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rows = rows(&app).await;
+    app.stop().await;
+    assert_eq!(
+        before_kill,
+        vec![],
+        "a hold no replica had was written to Postgres"
+    );
+    assert_eq!(
+        rows,
+        vec![(held, "settled".to_string())],
+        "one Idempotency-Key, one reservation in Postgres"
+    );
+}
+
+/// With `REDIS_ACK=wait` the settler writes to Postgres only what a replica
+/// has: with none, a hold (refused 503) stays out of Postgres, its entry
+/// pending; once a replica has caught up it settles, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_the_settler_commits_a_hold_only_once_a_replica_has_it() {
+    let (primary, app) = waiting_origin().await;
+    app.create_sale(sale_spec("sw", 10, 2, 1)).await;
+    let token = app.admit("sam", "sw");
+    let (status, body, _) = app
+        .reserve("sw", Some(&token), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("not_replicated"))
+    );
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM reservations")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap()
+    };
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(count().await, 0, "settled although no replica has it");
+    let _replica = RedisServer::start_on_free_cluster_port(&[
+        "--replicaof",
+        "127.0.0.1",
+        &primary.port.to_string(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count().await == 0 {
+        assert!(Instant::now() < deadline, "never settled once replicated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body, _) = app
+        .reserve("sw", Some(&token), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(count().await, 1);
+    app.stop().await;
+}

@@ -800,3 +800,46 @@ async fn a_burst_past_max_in_flight_is_shed_with_429_and_changes_nothing() {
     }
     app.stop().await;
 }
+
+/// Found by scripts/chaos (every row that sold out): DESIGN.md,
+/// "Idempotency": a replay with the same body gets the first answer. The
+/// origin's in-process sold-out flag answered 410 `sold_out` before the
+/// key's record was read, so a client retrying a request whose 202 it did
+/// not receive was told the sale is sold out while its hold was live (and
+/// a reuse with another qty got 410 instead of 422). Now a fresh flag costs
+/// one read of the request's own key record, and only a key without one
+/// gets 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_after_sell_out_gets_its_first_answer() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("replaysold", 1, 2, 1)).await;
+    let a = app.admit("acct-a", "replaysold");
+    let body = r#"{"qty":1}"#;
+    let (status, first, _) = app.reserve("replaysold", Some(&a), Some("k-a"), body).await;
+    assert_eq!(status, 202, "{first}");
+    // Another account finds the sale sold out: the flag is set.
+    let b = app.admit("acct-b", "replaysold");
+    let (status, _, _) = app.reserve("replaysold", Some(&b), Some("k-b"), body).await;
+    assert_eq!(status, 410);
+    let (status, again, _) = app.reserve("replaysold", Some(&a), Some("k-a"), body).await;
+    assert_eq!(
+        (status, &again["reservation_id"]),
+        (202, &first["reservation_id"]),
+        "the replay of a held key must get its first answer: {again}"
+    );
+    // A reuse of the key with another qty: 422, not 410.
+    let (status, reused, _) = app
+        .reserve("replaysold", Some(&a), Some("k-a"), r#"{"qty":2}"#)
+        .await;
+    assert_eq!(
+        (status, reused["error"]["code"].as_str()),
+        (422, Some("idempotency_key_reused")),
+        "{reused}"
+    );
+    // A key never used still gets 410 at once.
+    let (status, _, _) = app
+        .reserve("replaysold", Some(&b), Some("k-b2"), body)
+        .await;
+    assert_eq!(status, 410);
+    app.stop().await;
+}

@@ -56,7 +56,7 @@ fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
         (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
         (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
         (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn purchase(
@@ -88,7 +88,7 @@ pub async fn purchase(
         tokio::time::sleep(Duration::from_millis(50)).await;
         f = find_owned(&app, &id, &headers).await?;
     }
-    let row = f.row.ok_or_else(|| ApiError::Unavailable {
+    let row = f.row.as_ref().ok_or_else(|| ApiError::Unavailable {
         code: "reservation_settling",
         message: "the reservation is being recorded; retry shortly".into(),
         retry_after: 1,
@@ -122,6 +122,9 @@ pub async fn purchase(
     .await?;
     if let Some(p) = open {
         return Ok((StatusCode::OK, Json(payment_body(&p, &provider))).into_response());
+    }
+    if expires_at > Utc::now() && f.live.is_none() {
+        f.unless_shard_lost(&app).await?;
     }
     if expires_at <= Utc::now() || f.live.is_none() {
         return Err(ApiError::Gone {
@@ -239,7 +242,7 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
         (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::openapi::ErrorBody),
         (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::openapi::ErrorBody),
         (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored; nothing was recorded, the provider retries), `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn webhook(
@@ -302,6 +305,7 @@ pub async fn webhook(
         ApplyError::Db(d) => d.into(),
         ApplyError::Redis(r) => r.into(),
         ApplyError::NotReplicated(a) => a.into(),
+        ApplyError::ShardLost => ApiError::sale_unavailable(),
     })?;
     if applied == Applied::Paid || applied == Applied::RefundRequired {
         app.summaries.invalidate_all();

@@ -1,7 +1,17 @@
 //! Reservation endpoints. Validation order: sale exists → admit token (401/
 //! 403) → Idempotency-Key → body (400 malformed, 422 bad qty) → sale phase →
-//! in-process sold-out flag (410 without touching Redis) → load shedding
-//! (429) → the Redis engine. Every refusal before the engine changes nothing.
+//! in-process sold-out flag → load shedding (429) → the Redis engine. Every
+//! refusal before the engine changes nothing.
+//!
+//! The sold-out path costs one Redis read: while the flag is set (fresh, or
+//! stale and confirmed by Redis), the request's own Idempotency-Key record
+//! is read first (one GET on the account's home shard, O(1), no script).
+//! Only a key with no record gets 410 `sold_out`; a key already used goes on
+//! to the engine, which replays its first answer (or 422 for another qty)
+//! — DESIGN.md, "Idempotency". (The speed target said "no Redis call" for
+//! a sold-out answer; this read is the price of answering replays right.)
+//! The edge still answers 410 for any attempt, replays included, once it
+//! knows the sale is sold out (edge/README.md, "Known limits").
 
 use std::time::Instant;
 
@@ -162,17 +172,21 @@ async fn create_inner(
     }
     let flag = app.sales.flag(&cfg.id);
     let now = Instant::now();
-    if flag.is_fresh(now, app.sales.epoch) {
-        return Err(ApiError::SoldOut);
-    }
     if flag.is_set() {
-        // Stale flag: one request per second asks Redis whether units came back.
-        if app.engine.all_shards_empty(&sale).await? {
-            flag.set(true, now, app.sales.epoch);
+        let sold_out = flag.is_fresh(now, app.sales.epoch) || {
+            // Stale flag: one request per second asks Redis whether units came back.
+            let empty = app.engine.all_shards_empty(&sale).await?;
+            if empty {
+                flag.set(true, now, app.sales.epoch);
+            } else if flag.set(false, now, app.sales.epoch) {
+                metrics::counter!("flashsale_sold_out_flips_total", "to" => "selling").increment(1);
+            }
+            empty
+        };
+        // Sold out, but a key already used gets its first answer (a replay)
+        // or 422 (another qty) from the engine: one GET of its record.
+        if sold_out && !app.engine.key_recorded(&sale, &claims.sub, key).await? {
             return Err(ApiError::SoldOut);
-        }
-        if flag.set(false, now, app.sales.epoch) {
-            metrics::counter!("flashsale_sold_out_flips_total", "to" => "selling").increment(1);
         }
     }
     let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
@@ -214,11 +228,7 @@ async fn create_inner(
             }
             Err(ApiError::SoldOut)
         }
-        Outcome::Uninitialized => Err(ApiError::Unavailable {
-            code: "sale_unavailable",
-            message: "the sale's stock is being restored; retry shortly".into(),
-            retry_after: 5,
-        }),
+        Outcome::Uninitialized => Err(ApiError::sale_unavailable()),
         Outcome::KeyReused { first_qty } => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             format!(
@@ -241,11 +251,15 @@ pub(crate) struct Row {
     pub qty: i32,
     pub status: String,
     pub expires_at: DateTime<Utc>,
+    /// The shard the hold was granted on.
+    pub shard: i32,
 }
 
 /// What is known of reservation `id`, for its owner only.
 pub(crate) struct Found {
     pub sale: std::sync::Arc<Sale>,
+    /// The account's home shard (from the id).
+    pub home: usize,
     /// The live hold in Redis: (shard, record).
     pub live: Option<(usize, HoldRecord)>,
     /// The row in Postgres (once settled).
@@ -266,7 +280,7 @@ pub(crate) async fn find_owned(
         auth::account_for_reservation(&app.admission_keys, &app.user_keys, headers, rid.sale)?;
     let live = app.engine.find_hold(&sale, id, rid.home).await?;
     let row: Option<Row> = sqlx::query_as(
-        "SELECT account, qty, status, expires_at FROM reservations WHERE id = $1 AND sale_id = $2",
+        "SELECT account, qty, status, expires_at, shard FROM reservations WHERE id = $1 AND sale_id = $2",
     )
     .bind(id)
     .bind(rid.sale)
@@ -282,7 +296,27 @@ pub(crate) async fn find_owned(
             "this reservation belongs to another account",
         ));
     }
-    Ok(Found { sale, live, row })
+    Ok(Found {
+        sale,
+        home: rid.home,
+        live,
+        row,
+    })
+}
+
+impl Found {
+    /// 503 `sale_unavailable` when the hold is not found in Redis because
+    /// its shard (or its home shard, which says where a spilled hold is)
+    /// lost its keys: until the rebuild restores it from Postgres, "not
+    /// held" would be a verdict about a hold that may well be live.
+    pub(crate) async fn unless_shard_lost(&self, app: &AppState) -> Result<(), ApiError> {
+        let mut shards = vec![self.home];
+        shards.extend(self.row.as_ref().map(|r| r.shard as usize));
+        if app.engine.any_lost(&self.sale, &shards).await? {
+            return Err(ApiError::sale_unavailable());
+        }
+        Ok(())
+    }
 }
 
 /// A reservation, for its account only.
@@ -339,7 +373,7 @@ pub async fn show(
         (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
         (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
         (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored: nothing is known about the hold until then), `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn cancel(
@@ -355,6 +389,7 @@ pub async fn cancel(
         )
     };
     let Some((shard, _)) = f.live else {
+        f.unless_shard_lost(&app).await?;
         let status = f.row.map(|r| r.status).unwrap_or_else(|| "gone".into());
         return Err(not_held(&status));
     };
@@ -378,6 +413,9 @@ pub async fn cancel(
             ))
         }
         Released::Paid => Err(not_held("paid")),
-        Released::NotHeld => Err(not_held("no longer held")),
+        Released::NotHeld => {
+            f.unless_shard_lost(&app).await?;
+            Err(not_held("no longer held"))
+        }
     }
 }
