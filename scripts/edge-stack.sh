@@ -11,6 +11,12 @@
 #                     the Worker's console lines (one per forwarded request)
 #   EDGE_ADMISSION_CONTROL=fixed|adaptive  the Worker's ADMISSION_CONTROL
 #                     (unset: the default, adaptive)
+#   EDGE_REDIS_URL=u  use this Redis instead of starting a private one
+#
+# Each stack has a Redis server of its own (loopback, free port, nothing on
+# disk): the e2e tests pause and slow it (CLIENT PAUSE), which would pause
+# every other stack sharing the server — two passes run side by side in
+# scripts/test.
 #
 # Logs: $RUN_DIR/origin.log (origin, one access line per request) and
 # $RUN_DIR/wrangler.log (wrangler dev and the Worker's console).
@@ -69,7 +75,16 @@ USER_TOKEN_KEYS="$(key "u$RANDOM")"
 ADMISSION_TOKEN_KEYS="$(key "a$RANDOM"),$(key "a$RANDOM")"
 PAYMENT_WEBHOOK_SECRET="$(head -c 24 /dev/urandom | base64 -w0)"
 export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$stack_db"
-export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+if [[ -n "${EDGE_REDIS_URL:-}" ]]; then
+  export REDIS_URL="$EDGE_REDIS_URL"
+else
+  REDIS_PORT="$(free_port)"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
+  stack_pids+=($!)
+  export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+  for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 export REDIS_KEY_PREFIX="fs_edge_$run_id"
 export ORIGIN_DEV_MODE=1
 ORIGIN_PORT="$(free_port)"
