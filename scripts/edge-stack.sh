@@ -78,12 +78,22 @@ export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$stack_db"
 if [[ -n "${EDGE_REDIS_URL:-}" ]]; then
   export REDIS_URL="$EDGE_REDIS_URL"
 else
-  REDIS_PORT="$(free_port)"
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --dir "$RUN_DIR" >"$RUN_DIR/redis.log" 2>&1 &
-  stack_pids+=($!)
+  source "$ROOT/scripts/redis-server.sh"
+  REDIS_PORT=""
+  for _ in 1 2 3; do
+    port="$(free_port)"
+    if redis_server_on "$RUN_DIR/redis" "$RUN_DIR/redis.log" "$port"; then
+      stack_pids+=("$REDIS_PID")
+      REDIS_PORT=$port
+      break
+    fi
+    kill -KILL "$REDIS_PID" 2>/dev/null || true
+  done
+  if [[ -z "$REDIS_PORT" ]]; then
+    echo "edge-stack: redis-server did not start (see $RUN_DIR/redis.log)" >&2
+    exit 1
+  fi
   export REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
-  for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 export REDIS_KEY_PREFIX="fs_edge_$run_id"
 export ORIGIN_DEV_MODE=1
