@@ -27,6 +27,12 @@
 //! learns a hold or release that a failover can take back. (With `local` it
 //! may; the reconciler repairs what a failover took back, `crate::reconcile`.)
 //!
+//! Stream order is kept: a hold is refused only once every earlier entry
+//! of its stream is settled (an unsettled release may be what freed its
+//! unit; else `Overtaken`, nothing written), and after any failed batch the
+//! consumer reads its own pending entries first (a failed batch, or a read
+//! whose reply a timeout lost, is pending there).
+//!
 //! Entries are acknowledged (and deleted from the stream) only after the
 //! commit. Entries a dead consumer left pending are claimed with XAUTOCLAIM
 //! after `claim_idle`. Errors are split: a lost connection is retryable (back
@@ -96,6 +102,12 @@ pub enum SettleError {
     /// nothing was written, the entries stay pending.
     #[error("not replicated: {0}")]
     NotReplicated(AckError),
+    /// The batch does not fit in Postgres while an earlier entry of its
+    /// stream is still pending (a failed batch, or one another consumer
+    /// holds): refusing now could refuse a hold whose unit that earlier
+    /// release freed. Nothing was written; the entries stay pending.
+    #[error("earlier entries of the stream are not settled yet")]
+    Overtaken,
 }
 
 impl From<redis::RedisError> for SettleError {
@@ -311,15 +323,39 @@ impl Settler {
         if own {
             let entries = self.read_group(keys, "0").await?;
             if !entries.is_empty() {
-                return self.process(sale, shard, entries).await;
+                let r = self.process(sale, shard, entries).await;
+                return self.after(keys, r);
             }
             self.retry_own
                 .lock()
                 .expect("retry_own lock")
                 .remove(&keys.stream);
         }
-        let entries = self.read_group(keys, ">").await?;
-        self.process(sale, shard, entries).await
+        let r = match self.read_group(keys, ">").await {
+            Ok(entries) => self.process(sale, shard, entries).await,
+            Err(e) => Err(e),
+        };
+        self.after(keys, r)
+    }
+
+    /// After a failed batch, this consumer reads its own pending entries
+    /// first: a failed batch stays pending (and a read whose reply a
+    /// timeout lost moved its entries into this consumer's pending list
+    /// all the same), and newer entries settled before it would be applied
+    /// out of stream order — a hold before the release that freed its unit
+    /// is refused as over total (chaos: Redis frozen 5 s).
+    fn after(
+        &self,
+        keys: &ShardKeys,
+        r: Result<BatchOutcome, SettleError>,
+    ) -> Result<BatchOutcome, SettleError> {
+        if r.is_err() {
+            self.retry_own
+                .lock()
+                .expect("retry_own lock")
+                .insert(keys.stream.clone());
+        }
+        r
     }
 
     /// XREADGROUP of up to one batch from `id` (`>`: new entries; `0`: this
@@ -373,7 +409,8 @@ impl Settler {
         if !reply.claimed.is_empty() {
             tracing::info!(sale = %sale.config.id, shard, entries = reply.claimed.len(), "claimed entries left pending by another consumer");
         }
-        self.process(sale, shard, reply.claimed).await
+        let r = self.process(sale, shard, reply.claimed).await;
+        self.after(keys, r)
     }
 
     /// Writes a batch to Postgres in one transaction, then acknowledges it.
@@ -481,6 +518,12 @@ impl Settler {
             inserted.sort_by_key(|(id, _)| order.get(id.as_str()).copied().unwrap_or(usize::MAX));
             let n: i32 = inserted.iter().map(|(_, q)| q).sum();
             if n > 0 && !take_units(&mut tx, sale_id, n).await? {
+                // Only once every earlier entry of the stream is settled:
+                // an unsettled earlier release may be what freed the unit.
+                if earlier_pending(&mut conn, keys, &entries[0].id).await? {
+                    metrics::counter!("flashsale_settlement_overtaken_total").increment(1);
+                    return Err(SettleError::Overtaken);
+                }
                 // The batch does not fit: Postgres refuses what would go over total.
                 for (id, qty) in &inserted {
                     if !take_units(&mut tx, sale_id, *qty).await? {
@@ -668,6 +711,28 @@ impl Settler {
     }
 }
 
+/// Whether the settlement group of `keys`' stream has an entry older than
+/// `first` still pending (delivered, not acknowledged), on any consumer.
+async fn earlier_pending(
+    conn: &mut crate::store::RedisConn,
+    keys: &ShardKeys,
+    first: &str,
+) -> Result<bool, SettleError> {
+    let p: redis::streams::StreamPendingReply = conn.xpending(&keys.stream, GROUP).await?;
+    Ok(match p {
+        redis::streams::StreamPendingReply::Data(d) => stream_id(&d.start_id) < stream_id(first),
+        _ => false,
+    })
+}
+
+/// A stream entry id `ms-seq` as a number pair (ids order numerically, not
+/// as strings); an id that does not parse sorts last (nothing is older).
+fn stream_id(id: &str) -> (u64, u64) {
+    id.split_once('-')
+        .and_then(|(ms, seq)| Some((ms.parse().ok()?, seq.parse().ok()?)))
+        .unwrap_or((u64::MAX, u64::MAX))
+}
+
 fn released_status(reason: &str) -> &'static str {
     match reason {
         "expired" => "expired",
@@ -792,4 +857,16 @@ pub async fn lag(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64> {
         n += len;
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stream_id;
+
+    #[test]
+    fn stream_ids_order_numerically_not_as_strings() {
+        assert!(stream_id("999-0") < stream_id("1000-0"));
+        assert!(stream_id("1000-9") < stream_id("1000-10"));
+        assert!(stream_id("1000-0") < stream_id("not an id"));
+    }
 }
