@@ -107,6 +107,8 @@ const PIECE_WAIT_MS: u64 = 3_000;
 /// waiting person's first poll wants pieces at once, and none of them
 /// should wait for all of that (issue 20: "no request waits > 1 s").
 const PLACE_BUDGET_MS: u64 = 500;
+/// A poll slower than this is logged with where its time went.
+const SLOW_POLL_MS: u64 = 400;
 
 fn bounded<V>(map: &mut HashMap<String, V>, max: usize, key: String, value: V) {
     if map.len() >= max && !map.contains_key(&key) {
@@ -690,11 +692,14 @@ fn ticket_claims(tickets: &KeyRing, sale: &str, ticket: &str) -> ApiResult<Claim
 /// The status object of the holder of `ticket`; learns the place (once)
 /// when it has become known and re-mints the ticket with it.
 async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> {
+    let t0 = now_ms();
     let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
     let claims = ticket_claims(&tickets, sale, ticket)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
+    let t_snap = now_ms();
     flush_seen(env, sale).await;
+    let t_seen = now_ms();
     let after_start = tkt.t_ms.is_some();
     if let Some(p) = tkt.place {
         let body = status_body(
@@ -723,6 +728,17 @@ async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult<Response> 
     )
     .await
     .flatten();
+    let t_place = now_ms();
+    if t_place.saturating_sub(t0) > SLOW_POLL_MS {
+        worker::console_warn!(
+            "slow poll {sale}: {} ms (snapshot {}, seen {}, place {}: {})",
+            t_place - t0,
+            t_snap - t0,
+            t_seen - t_snap,
+            t_place - t_seen,
+            if place.is_some() { "known" } else { "not yet" }
+        );
+    }
     let Some(p) = place else {
         let body = status_body(env, sale, &claims.sub, ticket, None, after_start, &snap)?;
         return reply(&body);
@@ -991,31 +1007,26 @@ async fn bucket(
 
 /// The drawn place of value `v`: `1 + Σ_k count_k(< v)` from every shard's
 /// index and the one bucket of each shard that straddles `v`.
-async fn place_of_value(
+/// Every shard's bucket straddling `v` (empty where none does), fetched
+/// at once: one person's first poll after the draw waits for the slowest of
+/// them, not for their sum.
+async fn straddling_buckets(
     env: &Env,
     sale: &str,
     commitment: &str,
     index: &[ShardIndex],
     v: &str,
-) -> Option<u64> {
-    // Every shard's bucket at once: one person's first poll after the draw
-    // waits for the slowest of them, not for their sum.
+) -> Option<Vec<Rc<Vec<String>>>> {
     let fetches = index.iter().enumerate().map(|(k, ix)| async move {
         match ix.straddling(v) {
             Some(j) => bucket(env, sale, commitment, k as u32, j).await,
             None => Some(Rc::new(Vec::new())),
         }
     });
-    let held: Vec<Rc<Vec<String>>> = futures::future::join_all(fetches)
+    futures::future::join_all(fetches)
         .await
         .into_iter()
-        .collect::<Option<_>>()?;
-    let parts: Vec<(&ShardIndex, &[String])> = index
-        .iter()
-        .zip(&held)
-        .map(|(ix, b)| (ix, b.as_slice()))
-        .collect();
-    place_of(v, &parts)
+        .collect::<Option<_>>()
 }
 
 async fn prequeue_place(
@@ -1030,13 +1041,22 @@ async fn prequeue_place(
     let index = draw_index(env, sale, &snap.commitment).await?;
     let own = index.get(shard as usize)?;
     let v = draw::value_hex(&key, &draw::leaf_of_ticket(sub, salt)?);
-    let j = own.straddling(&v)?;
-    let b = bucket(env, sale, &snap.commitment, shard, j).await?;
-    if !is_member(own, &v, &b) {
+    own.straddling(&v)?;
+    // The own shard's bucket is one of the buckets the place needs: they
+    // are fetched in one concurrent round (right after the draw every first
+    // poll waits for these round trips; a membership check first would add
+    // a round).
+    let held = straddling_buckets(env, sale, &snap.commitment, &index, &v).await?;
+    if !is_member(own, &v, held.get(shard as usize)?) {
         // A ticket of someone who joined after the entrant set froze.
         return None;
     }
-    place_of_value(env, sale, &snap.commitment, &index, &v).await
+    let parts: Vec<(&ShardIndex, &[String])> = index
+        .iter()
+        .zip(&held)
+        .map(|(ix, b)| (ix, b.as_slice()))
+        .collect();
+    place_of(&v, &parts)
 }
 
 async fn fifo_place(env: &Env, sale: &str, me: Arrival) -> Option<u64> {
