@@ -366,6 +366,10 @@ pub struct BenchSettleArgs {
     /// Holds to settle in each mode.
     #[arg(long, default_value_t = 10_000)]
     holds: usize,
+    /// Entries per Postgres transaction in the batched mode (the worker's
+    /// default when absent).
+    #[arg(long)]
+    batch: Option<usize>,
 }
 
 /// Settles `holds` fresh holds with the product's worker at batch size
@@ -437,11 +441,14 @@ async fn settle_rate(
 pub async fn bench_settle(a: BenchSettleArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.holds <= 200_000, "at most 200000 holds");
     let state = AppState::connect(Settings::from_env()?).await?;
-    let batched = settle_rate(&state, "batch", a.holds, 200).await?;
+    let batch = a
+        .batch
+        .unwrap_or(origin::settlement::SettleConfig::new(String::new()).batch);
+    let batched = settle_rate(&state, "batch", a.holds, batch).await?;
     let row = settle_rate(&state, "row", a.holds, 1).await?;
     println!(
         "{}",
-        json!({"holds": a.holds, "batched_per_s": batched.round(), "row_at_a_time_per_s": row.round(), "ratio": (batched / row * 100.0).round() / 100.0})
+        json!({"holds": a.holds, "batch": batch, "batched_per_s": batched.round(), "row_at_a_time_per_s": row.round(), "ratio": (batched / row * 100.0).round() / 100.0})
     );
     Ok(())
 }

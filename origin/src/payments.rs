@@ -29,7 +29,10 @@
 //!    inventory held→sold, outbox `order.paid`; commit. If Redis says the
 //!    hold is gone or expired, the unit is already back on sale: the payment
 //!    is recorded with `refund_required` and the outbox says
-//!    `payment.refund_required` — never a second sale of the unit;
+//!    `payment.refund_required` — never a second sale of the unit; so is a
+//!    payment that would take the account's paid units over the per-user
+//!    limit (Postgres is its last guard: a `REDIS_ACK=local` failover can
+//!    take a paid hold and the account's count out of Redis);
 //! 5. compensation: if the transaction fails after the confirm (or commits
 //!    without selling the unit), [`align_hold`] puts the hold back to `held`
 //!    and into the expiry index (unconfirm.lua), under the reservation's and
@@ -416,8 +419,23 @@ async fn write_success(
     confirmed: bool,
 ) -> Result<RecordedSuccess, sqlx::Error> {
     let paid: Option<i32> = if confirmed {
+        // Postgres is the last guard of the per-user limit (as of the
+        // total): Redis counts an account's units, but a failover under
+        // `REDIS_ACK=local` can take a paid hold and the count with it, and
+        // the account is granted its whole limit again. One payment of an
+        // account at a time (the advisory lock), and only within the limit.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+            .bind(&pay.sale_id)
+            .bind(&pay.account)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query_scalar(
-            "UPDATE reservations SET status = 'paid' WHERE id = $1 AND status = 'pending_payment' RETURNING qty",
+            "UPDATE reservations r SET status = 'paid'
+             WHERE r.id = $1 AND r.status = 'pending_payment'
+               AND r.qty + (SELECT coalesce(sum(p.qty), 0) FROM reservations p
+                            WHERE p.sale_id = r.sale_id AND p.account = r.account AND p.status = 'paid')
+                   <= (SELECT s.per_user_limit FROM sales s WHERE s.id = r.sale_id)
+             RETURNING r.qty",
         )
         .bind(&pay.reservation_id)
         .fetch_optional(&mut *tx)

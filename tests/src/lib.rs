@@ -280,6 +280,35 @@ impl TestApp {
         }
     }
 
+    /// What a failover to a replica that never had `id` leaves: the hold gone
+    /// from Redis with every effect it had there (stock back, the account's
+    /// count and spill quota down, its key record and spill marker gone), no
+    /// stream record written — while Postgres, where the settler already wrote
+    /// it, still has it.
+    pub async fn forget_hold(&self, sale: &origin::sales::Sale, id: &str) {
+        let mut conn = self.redis().await;
+        for (i, k) in sale.shards.iter().enumerate() {
+            let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
+            let Some(raw) = raw else { continue };
+            let h = origin::reservations::HoldRecord::parse(&raw).unwrap();
+            let home = &sale.shards[h.home];
+            let _: () = conn.hdel(&k.holds, id).await.unwrap();
+            let _: () = conn.zrem(&k.exp, id).await.unwrap();
+            let _: () = conn.incr(&k.stock, h.qty).await.unwrap();
+            let _: () = conn.hincr(&home.users, &h.account, -h.qty).await.unwrap();
+            let _: () = conn.hdel(&home.quota, id).await.unwrap();
+            let _: () = conn
+                .del(home.idem_at(h.idem.as_deref().unwrap()))
+                .await
+                .unwrap();
+            if h.home != i {
+                let _: () = conn.del(k.spill_marker(id)).await.unwrap();
+            }
+            return;
+        }
+        panic!("no hold {id}");
+    }
+
     /// The ids of every hold Redis keeps for `sale`, over all its shards.
     pub async fn redis_hold_ids(&self, sale: &str) -> HashSet<String> {
         let s = self

@@ -1076,3 +1076,54 @@ async fn a_paid_hold_outlives_its_hold_time_and_keeps_counting_toward_the_limit(
     );
     app.stop().await;
 }
+
+/// Chaos finding (`REDIS_ACK=local` failover: "acct-230: 5 units in
+/// Postgres, limit 3"): a paid hold that a failover took from Redis takes
+/// the account's count with it, so Redis grants the account its whole limit
+/// again. Postgres is the last guard of the per-user limit as it is of the
+/// total: a payment that would take the account's paid units over the limit
+/// is recorded as needing a refund, and the hold goes back to expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_over_the_per_user_limit_is_refunded_when_redis_forgot_the_earlier_sale() {
+    let app = TestApp::spawn_with(no_reconciler()).await;
+    app.create_sale(sale_spec("forgot", 10, 1, 1)).await;
+    let sale = app.state.sales.get("forgot").await.unwrap().unwrap();
+    let pay_for = |id: String, t: String, evt: &'static str| {
+        let app = &app;
+        async move {
+            let (s, p) = purchase(app, &id, &t).await;
+            assert_eq!(s, 201, "{p}");
+            let body = event(
+                evt,
+                "payment.succeeded",
+                p["payment_id"].as_str().unwrap(),
+                4_999,
+            );
+            let (s, r) = webhook(app, &body, signed(&body)).await;
+            assert_eq!(s, 200, "{r}");
+            r["result"].as_str().unwrap().to_string()
+        }
+    };
+    let (first, t) = reserve_one(&app, "forgot", "ada").await;
+    assert_eq!(pay_for(first.clone(), t, "evt_f1").await, "paid");
+    // The failover: Redis forgets the paid hold and ada's count with it.
+    app.forget_hold(&sale, &first).await;
+    let (second, t) = reserve_one(&app, "forgot", "ada").await;
+    assert_eq!(
+        pay_for(second.clone(), t, "evt_f2").await,
+        "refund_required",
+        "a second unit for ada is not sold"
+    );
+    assert_eq!(status_of(&app, &first).await, "paid");
+    assert_ne!(status_of(&app, &second).await, "paid");
+    let paid = scalar_i64(
+        &app,
+        "SELECT coalesce(sum(qty), 0)::bigint FROM reservations WHERE sale_id = 'forgot' AND account = 'ada' AND status = 'paid'",
+    )
+    .await;
+    assert_eq!(paid, 1, "ada holds her limit, not more");
+    // The refused hold is not left paid in Redis: it expires like any other.
+    let (_, hold, expires) = redis_hold(&app, "forgot", &second).await.expect("hold");
+    assert_eq!((hold["s"].as_str(), expires), (Some("held"), true));
+    app.stop().await;
+}

@@ -1064,35 +1064,6 @@ async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() 
     app.stop().await;
 }
 
-/// What a failover to a replica that never had `id` leaves: the hold gone
-/// from Redis with every effect it had there (stock back, the account's
-/// count and spill quota down, its key record and spill marker gone), no
-/// stream record written — while Postgres, where the settler already wrote
-/// it, still has it.
-async fn forget_hold(app: &TestApp, sale: &origin::sales::Sale, id: &str) {
-    let mut conn = app.redis().await;
-    for (i, k) in sale.shards.iter().enumerate() {
-        let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
-        let Some(raw) = raw else { continue };
-        let h = origin::reservations::HoldRecord::parse(&raw).unwrap();
-        let home = &sale.shards[h.home];
-        let _: () = conn.hdel(&k.holds, id).await.unwrap();
-        let _: () = conn.zrem(&k.exp, id).await.unwrap();
-        let _: () = conn.incr(&k.stock, h.qty).await.unwrap();
-        let _: () = conn.hincr(&home.users, &h.account, -h.qty).await.unwrap();
-        let _: () = conn.hdel(&home.quota, id).await.unwrap();
-        let _: () = conn
-            .del(home.idem_at(h.idem.as_deref().unwrap()))
-            .await
-            .unwrap();
-        if h.home != i {
-            let _: () = conn.del(k.spill_marker(id)).await.unwrap();
-        }
-        return;
-    }
-    panic!("no hold {id}");
-}
-
 /// Issue 17 (scripts/chaos, "primary killed" rows): after a failover the
 /// promoted replica may lack holds Postgres already has. Nothing would ever
 /// release them, so Postgres kept their units taken for good while Redis
@@ -1153,8 +1124,8 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
     assert_eq!((s, body["result"].as_str()), (200, Some("paid")), "{body}");
 
     // The failover: Redis forgets both holds; Postgres has them.
-    forget_hold(&app, &sale, &ida).await;
-    forget_hold(&app, &sale, &idb).await;
+    app.forget_hold(&sale, &ida).await;
+    app.forget_hold(&sale, &idb).await;
 
     let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
         .await
