@@ -1,7 +1,7 @@
 //! The settlement worker: makes every hold durable in Postgres.
 //!
 //! It reads every shard's settlement stream with the consumer group
-//! `settlement`, in batches (up to 200 entries, or what arrived within a
+//! `settlement`, in batches (up to 1,000 entries, or what arrived within a
 //! short idle wait), and writes one transaction per batch:
 //! - holds are inserted with `ON CONFLICT (id) DO NOTHING`, so a redelivered
 //!   entry changes nothing;
@@ -65,6 +65,9 @@ use crate::store::GROUP;
 pub struct SettleConfig {
     /// This worker's consumer name (unique per process).
     pub consumer: String,
+    /// Entries per read and Postgres transaction at most. Bigger batches
+    /// settle a backlog faster: `loadgen bench-settle --holds 50000`
+    /// measured 29.5k holds/s at 200, 35.4k at 500, 41.0k at 1,000.
     pub batch: usize,
     /// How long to wait for more entries when a round found none.
     pub idle_wait: Duration,
@@ -83,7 +86,7 @@ impl SettleConfig {
     pub fn new(consumer: impl Into<String>) -> Self {
         SettleConfig {
             consumer: consumer.into(),
-            batch: 200,
+            batch: 1_000,
             idle_wait: Duration::from_millis(20),
             linger: Duration::from_millis(50),
             claim_idle: Duration::from_secs(30),
