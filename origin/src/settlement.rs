@@ -643,6 +643,10 @@ impl Settler {
             let mut work = 0;
             let mut full = false;
             let mut failed = false;
+            // A shard waiting for earlier entries another consumer holds
+            // (`Overtaken`, until they are claimed) holds up only itself:
+            // the other sales settle on, and the loop backs off.
+            let mut waiting = false;
             'sales: for sale in &active {
                 // The shards of a sale settle concurrently: each has its own
                 // stream, and their transactions overlap in Postgres.
@@ -659,6 +663,10 @@ impl Settler {
                             work += o.entries;
                             full |= o.entries >= self.cfg.batch;
                         }
+                        Err(SettleError::Overtaken) => {
+                            tracing::info!(sale = %sale.config.id, shard, "settlement waits for earlier entries pending on another consumer");
+                            waiting = true;
+                        }
                         Err(e) => {
                             tracing::warn!(sale = %sale.config.id, shard, error = %e, ?backoff, "settlement batch failed; backing off");
                             failed = true;
@@ -667,7 +675,7 @@ impl Settler {
                     }
                 }
             }
-            let pause = if failed {
+            let pause = if failed || waiting {
                 backoff = (backoff * 2).min(Duration::from_secs(2));
                 backoff
             } else {
