@@ -971,6 +971,16 @@ impl SentinelSetup {
     }
 
     /// The server listening on `port` (the primary or a replica).
+    /// `INFO replication` of the server on `port`, on one line (for a
+    /// failing test's message).
+    pub fn replication_of(&self, port: u16) -> String {
+        redis_cli(port, &["INFO", "replication"])
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     pub fn server(&self, port: u16) -> &RedisServer {
         std::iter::once(&self.primary)
             .chain(&self.replicas)

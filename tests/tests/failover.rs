@@ -171,10 +171,16 @@ async fn kill_the_primary(ack: AckMode) -> KillReport {
         if missing == 0 {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{missing} acknowledged holds not settled into Postgres"
-        );
+        if Instant::now() >= deadline {
+            // Seen once in CI (1 of 10 runs): say what settlement waits on.
+            let sale = app.state.sales.get("fo").await.unwrap().unwrap();
+            let lag = origin::settlement::lag(&app.state.engine, &sale).await;
+            let replication = setup.replication_of(new);
+            panic!(
+                "{missing} acknowledged holds not settled into Postgres 15 s after the \
+                 retries; settlement lag {lag:?}; the new primary {new}: {replication}"
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     app.stop().await;
