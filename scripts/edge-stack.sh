@@ -24,6 +24,22 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
 
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
+# A free port below the kernel's ephemeral range, for a port that is picked
+# now and listened on much later (the Turnstile stand-in, minutes into the
+# run): a port from `free_port` may meanwhile be handed to the other e2e pass
+# running side by side (CI: EADDRINUSE, its edge had taken it); the kernel
+# never hands out these.
+quiet_port() {
+  node -e '
+    const lo = 20000, hi = Math.min(32768, Number(require("fs").readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").split(/\s+/)[0]) || 32768);
+    const net = require("net");
+    const tryOne = (n) => {
+      if (n === 0) { console.error("no quiet port"); process.exit(1); }
+      const p = lo + Math.floor(Math.random() * (hi - lo));
+      const s = net.createServer().once("error", () => tryOne(n - 1)).listen(p, "127.0.0.1", () => { console.log(p); s.close(); });
+    };
+    tryOne(50);'
+}
 wait_http() { # url seconds
   local i
   for ((i = 0; i < $2 * 10; i++)); do
@@ -101,7 +117,7 @@ ORIGIN_PORT="$(free_port)"
 EDGE_PORT="$(free_port)"
 INSPECTOR_PORT="$(free_port)"
 # The e2e Turnstile test serves a stand-in siteverify on this port.
-TURNSTILE_PORT="$(free_port)"
+TURNSTILE_PORT="$(quiet_port)"
 export TURNSTILE_PORT
 export ORIGIN_ADDR="127.0.0.1:$ORIGIN_PORT"
 
