@@ -1005,8 +1005,6 @@ async fn bucket(
     Some(x)
 }
 
-/// The drawn place of value `v`: `1 + Σ_k count_k(< v)` from every shard's
-/// index and the one bucket of each shard that straddles `v`.
 /// Every shard's bucket straddling `v` (empty where none does), fetched
 /// at once: one person's first poll after the draw waits for the slowest of
 /// them, not for their sum.

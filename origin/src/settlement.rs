@@ -417,7 +417,9 @@ impl Settler {
     }
 
     /// Writes a batch to Postgres in one transaction, then acknowledges it.
-    pub async fn process(
+    /// Called only through `Settler::after`, which keeps stream order on
+    /// failure.
+    async fn process(
         &self,
         sale: &Sale,
         shard: usize,
@@ -460,10 +462,7 @@ impl Settler {
             && !facts.is_empty()
             && let Err(e) = acker.confirm_all(facts).await
         {
-            self.retry_own
-                .lock()
-                .expect("retry_own lock")
-                .insert(keys.stream.clone());
+            // `Settler::after` marks the stream for `retry_own`.
             metrics::counter!("flashsale_settlement_not_replicated_total").increment(1);
             return Err(SettleError::NotReplicated(e));
         }
