@@ -59,18 +59,37 @@ pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let r = match cli.command {
-        Command::Sale(a) => sim::run(a).await,
-        Command::BenchOrigin(a) => bench::bench_origin(a).await,
-        Command::LatencyCurve(a) => bench::latency_curve(a).await,
-        Command::BenchSettle(a) => bench::bench_settle(a).await,
-        Command::Tokens(a) => bench::tokens(a),
-        Command::Compare(a) => edge_sim::compare(a),
-        Command::Chaos(c) => chaos::run(c).await,
+    // The open-loop latency clients run on one thread: they share the
+    // machine's cores with the origin, Redis and Postgres, and on a
+    // multi-threaded runtime every answer woke another thread (a context
+    // switch per request): the client cost more CPU per request than the
+    // origin (BENCHMARKS.md, issue 16).
+    let mut builder = match cli.command {
+        Command::BenchOrigin(_) | Command::LatencyCurve(_) => {
+            tokio::runtime::Builder::new_current_thread()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
     };
+    let rt = match builder.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let r = rt.block_on(async move {
+        match cli.command {
+            Command::Sale(a) => sim::run(a).await,
+            Command::BenchOrigin(a) => bench::bench_origin(a).await,
+            Command::LatencyCurve(a) => bench::latency_curve(a).await,
+            Command::BenchSettle(a) => bench::bench_settle(a).await,
+            Command::Tokens(a) => bench::tokens(a),
+            Command::Compare(a) => edge_sim::compare(a),
+            Command::Chaos(c) => chaos::run(c).await,
+        }
+    });
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -7,6 +7,9 @@
 # builds them) and the local Redis and Postgres.
 #
 #   scripts/bench.d/tail-diagnosis.sh [RATE ...]   (default 4000 6000)
+#   ORIGIN=path      another origin binary (e.g. a copy of an earlier build)
+#   MODES="settle"   only some of the modes (default "settle no-settle")
+#   (other origin settings, e.g. ORIGIN_WORKERS_NICE, pass through)
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 cd "$ROOT"
@@ -20,13 +23,14 @@ export USER_TOKEN_KEYS="$(key ub)" ADMISSION_TOKEN_KEYS="$(key ab)" PAYMENT_WEBH
 export REDIS_URL=redis://127.0.0.1:6379 RUST_LOG=warn ORIGIN_MAX_IN_FLIGHT=100000
 port=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
 export ORIGIN_ADDR="127.0.0.1:$port"
-for mode in settle no-settle; do
+bin="${ORIGIN:-target/release/origin}"
+for mode in ${MODES:-settle no-settle}; do
   db="fs_diag_${run}_${mode//-/_}"; export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$db" REDIS_KEY_PREFIX="dg$run$mode"
-  createdb -h 127.0.0.1 -U postgres "$db"; target/release/origin migrate >/dev/null
+  createdb -h 127.0.0.1 -U postgres "$db"; "$bin" migrate >/dev/null
   flags=(); [[ $mode == no-settle ]] && flags=(--no-settle)
-  target/release/origin serve "${flags[@]}" >"$tmp/origin-$mode.log" 2>&1 & pid=$!
+  "$bin" serve "${flags[@]}" >"$tmp/origin-$mode.log" 2>&1 & pid=$!
   for _ in $(seq 100); do curl -fsS -o /dev/null "http://$ORIGIN_ADDR/healthz" 2>/dev/null && break; sleep 0.1; done
-  target/release/origin sale create --sale bench --name bench --units 10000000 --per-user-limit 1000000 --shards 4 --starts-at now --hold-seconds 3600 >/dev/null
+  "$bin" sale create --sale bench --name bench --units 10000000 --per-user-limit 1000000 --shards 4 --starts-at now --hold-seconds 3600 >/dev/null
   target/release/loadgen tokens --sale bench --count 1000 >"$tmp/tokens"
   export BENCH_TOKENS="$tmp/tokens" BENCH_RUN="$run"
   target/release/loadgen bench-origin --origin "http://$ORIGIN_ADDR" --sale bench --rate 1000 --seconds 3 >/dev/null
