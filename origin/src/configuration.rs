@@ -130,7 +130,7 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "DATABASE_POOL_SIZE",
         default: Fallback::Value("16"),
         secret: false,
-        meaning: "Postgres connections per process (the settler uses one per shard it settles at once; mind Postgres' `max_connections` × replicas)",
+        meaning: "Postgres connections per pool; `serve` has two, its request handlers' and its background workers' (the settler uses one per shard it settles at once while catching up); mind Postgres' `max_connections` × 2 × replicas",
     },
     EnvVar {
         name: "ORIGIN_MAX_IN_FLIGHT",
@@ -173,6 +173,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         default: Fallback::Value("50"),
         secret: false,
         meaning: "after a settlement round that found no full batch, wait this long so the next batches fill (fewer, larger Postgres transactions; adds at most this to the settlement lag)",
+    },
+    EnvVar {
+        name: "ORIGIN_WORKERS_NICE",
+        default: Fallback::Value("10"),
+        secret: false,
+        meaning: "how much lower (nice, 0-19) `serve`'s background workers (settlement, sweep, reconciler, relay) run than its request handlers, on their own thread and connections; when CPU is short the customer's request goes first and settlement catches up after (0: same priority)",
     },
     EnvVar {
         name: "ORIGIN_DEV_MODE",
@@ -328,8 +334,11 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// Where `/metrics` (and `/healthz`) are served apart from the API.
     pub metrics_addr: Option<SocketAddr>,
-    /// Postgres connections per process.
+    /// Postgres connections per pool (`serve`: the handlers' and the
+    /// workers' pools each).
     pub pg_pool_size: u32,
+    /// How much lower the background workers' thread runs (`crate::workers`).
+    pub workers_nice: i32,
     /// After a stop signal: the bound on draining requests and workers.
     pub shutdown_grace: Duration,
     /// Apply migrations at start (else only check that none is pending).
@@ -610,6 +619,20 @@ fn ms_up_to(name: &'static str, max: u64) -> Result<Duration, ConfigError> {
         })
 }
 
+/// A nice increment, 0 to 19.
+fn nice(name: &'static str) -> Result<i32, ConfigError> {
+    let text = var_or_default(name);
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|n| (0..=19).contains(n))
+        .ok_or(ConfigError::Invalid {
+            var: name,
+            value: text,
+            why: "0 to 19".into(),
+        })
+}
+
 fn flag(name: &'static str) -> Result<bool, ConfigError> {
     match var_or_default(name).trim() {
         "1" | "true" => Ok(true),
@@ -719,6 +742,7 @@ impl Settings {
         let reconcile_interval = keep(e, duration_ms("RECONCILE_INTERVAL_MS"));
         let settle_claim_idle = keep(e, duration_ms("SETTLE_CLAIM_IDLE_MS"));
         let settle_linger = keep(e, ms_up_to("SETTLE_LINGER_MS", 1_000));
+        let workers_nice = keep(e, nice("ORIGIN_WORKERS_NICE"));
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
         let auto_migrate = keep(e, auto_migrate());
         keep(e, log_format());
@@ -748,6 +772,7 @@ impl Settings {
             auto_migrate,
             metrics_addr,
             pg_pool_size,
+            workers_nice,
         ) {
             (
                 Some(addr),
@@ -766,6 +791,7 @@ impl Settings {
                 Some(auto_migrate),
                 Some(metrics_addr),
                 Some(pg_pool_size),
+                Some(workers_nice),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -782,6 +808,7 @@ impl Settings {
                 max_in_flight,
                 metrics_addr,
                 pg_pool_size,
+                workers_nice,
                 shutdown_grace,
                 auto_migrate,
                 dev_mode,
@@ -962,6 +989,7 @@ mod tests {
             max_in_flight: 1,
             metrics_addr: None,
             pg_pool_size: 1,
+            workers_nice: 10,
             shutdown_grace: Duration::from_secs(1),
             auto_migrate: true,
             dev_mode: false,

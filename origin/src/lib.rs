@@ -25,3 +25,4 @@ pub mod state;
 pub mod store;
 pub mod sweep;
 pub mod telemetry;
+pub mod workers;

@@ -14,32 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::configuration::Settings;
 use crate::state::AppState;
-use crate::{outbox, reconcile, routes, sweep};
+use crate::{routes, workers};
 
-/// Which background workers `serve` runs in-process.
-#[derive(Debug, Clone, Copy)]
-pub struct Workers {
-    pub settle: bool,
-    pub sweep: bool,
-    pub reconcile: bool,
-    /// The outbox relay.
-    pub relay: bool,
-}
-
-impl Workers {
-    pub const ALL: Workers = Workers {
-        settle: true,
-        sweep: true,
-        reconcile: true,
-        relay: true,
-    };
-    pub const NONE: Workers = Workers {
-        settle: false,
-        sweep: false,
-        reconcile: false,
-        relay: false,
-    };
-}
+pub use crate::workers::Workers;
 
 /// A built, bound, not yet running origin.
 pub struct Application {
@@ -90,34 +67,8 @@ impl Application {
     pub async fn run_until_stopped(self, stop: CancellationToken) -> anyhow::Result<()> {
         let state = self.state;
         let workers_stop = CancellationToken::new();
-        let mut tasks = tokio::task::JoinSet::new();
-        if self.workers.sweep {
-            tasks.spawn(sweep::run(
-                state.engine.clone(),
-                state.sales.clone(),
-                state.settings.sweep_interval,
-                workers_stop.clone(),
-            ));
-        }
-        if self.workers.settle {
-            tasks.spawn(state.settler().run(workers_stop.clone()));
-        }
-        if self.workers.relay {
-            tasks.spawn(outbox::run(
-                state.pool.clone(),
-                outbox::RedisStreamSink::new(state.engine.conn.clone(), &state.settings.key_prefix),
-                workers_stop.clone(),
-            ));
-        }
-        if self.workers.reconcile {
-            tasks.spawn(reconcile::run(
-                state.engine.clone(),
-                state.pool.clone(),
-                state.sales.clone(),
-                state.settings.reconcile_interval,
-                workers_stop.clone(),
-            ));
-        }
+        // On a thread of their own, at a lower priority (`crate::workers`).
+        let workers = workers::start(&state.settings, self.workers, workers_stop.clone()).await?;
         let _admin = serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?;
         tracing::info!(port = self.port, "origin listening");
         let app = routes::router(state.clone());
@@ -141,7 +92,9 @@ impl Application {
             };
             tracing::info!("requests drained; stopping workers");
             workers_stop.cancel();
-            while tasks.join_next().await.is_some() {}
+            if let Some(w) = workers {
+                w.finished().await;
+            }
             served
         })
         .await;
@@ -153,7 +106,6 @@ impl Application {
             }
             Err(_) => {
                 workers_stop.cancel();
-                tasks.abort_all();
                 tracing::error!(
                     ?grace,
                     "shutdown grace ran out: unfinished requests were cut; an unfinished settlement batch rolled back and stays pending for the next worker"

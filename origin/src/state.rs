@@ -102,22 +102,33 @@ impl AppState {
 
     /// A settlement worker with a consumer name unique to this process.
     pub fn settler(&self) -> Arc<Settler> {
-        let mut cfg = SettleConfig::new(consumer_name());
-        cfg.claim_idle = self.settings.settle_claim_idle;
-        cfg.linger = self.settings.settle_linger;
-        let mut settler = Settler::new(
+        settler(
+            &self.settings,
             self.engine.clone(),
             self.pool.clone(),
             self.sales.clone(),
-            cfg,
-        );
-        // REDIS_ACK=wait: batches commit once a replica has them, checked
-        // on a connection of the settler's own (ends with the settler).
-        if let AckMode::Wait { timeout, .. } = self.settings.redis_ack {
-            settler.acker = Some(Acker::start(self.settings.redis.clone(), timeout, 1));
-        }
-        Arc::new(settler)
+        )
     }
+}
+
+/// A settlement worker on the given connections, configured from
+/// `settings`, with a consumer name unique to this process.
+pub fn settler(
+    settings: &Settings,
+    engine: Arc<Engine>,
+    pool: PgPool,
+    sales: Arc<SaleRegistry>,
+) -> Arc<Settler> {
+    let mut cfg = SettleConfig::new(consumer_name());
+    cfg.claim_idle = settings.settle_claim_idle;
+    cfg.linger = settings.settle_linger;
+    let mut settler = Settler::new(engine, pool, sales, cfg);
+    // REDIS_ACK=wait: batches commit once a replica has them, checked
+    // on a connection of the settler's own (ends with the settler).
+    if let AckMode::Wait { timeout, .. } = settings.redis_ack {
+        settler.acker = Some(Acker::start(settings.redis.clone(), timeout, 1));
+    }
+    Arc::new(settler)
 }
 
 /// `<host>-<pid>-<random>`: unique per worker, readable in XINFO CONSUMERS.

@@ -239,6 +239,7 @@ impl TestApp {
             max_in_flight: opts.max_in_flight,
             metrics_addr: None,
             pg_pool_size: 16,
+            workers_nice: 10,
             shutdown_grace: Duration::from_secs(10),
             auto_migrate: true,
             dev_mode: true,

@@ -1358,3 +1358,48 @@ async fn while_a_shard_has_lost_its_keys_purchase_cancel_and_payment_answer_503(
     assert_eq!(paid, "paid");
     app.stop().await;
 }
+
+/// The nice value of every thread of this process named `name` (Linux:
+/// field 19 of `/proc/self/task/<tid>/stat`).
+fn nice_of_threads(name: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let path = task.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        // After the parenthesised name come fields 3…; nice is field 19.
+        if let Some((_, rest)) = stat.rsplit_once(')')
+            && let Some(nice) = rest.split_whitespace().nth(16)
+        {
+            out.push(nice.parse().unwrap());
+        }
+    }
+    out
+}
+
+/// Issue 16: settlement (and sweep, reconciler, relay) runs on a thread of
+/// its own at `ORIGIN_WORKERS_NICE` (the test app's: 10) below the request
+/// handlers, and still settles what the handlers granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_settle_from_their_own_thread_below_the_handlers_priority() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("niced", 10, 2, 2)).await;
+    let token = app.admit("nice-1", "niced");
+    let (status, body, _) = app
+        .reserve("niced", Some(&token), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    wait_settled(&app, "niced").await;
+    let id = body["reservation_id"].as_str().unwrap().to_string();
+    assert!(live_ids(&app, "niced").await.contains(&id));
+    let handlers = nice_of_threads("tokio-rt-worker");
+    assert!(!handlers.is_empty(), "no tokio worker thread found");
+    let workers = nice_of_threads("origin-workers");
+    assert!(
+        workers.iter().any(|n| handlers.iter().all(|h| *n == h + 10)),
+        "workers' threads at nice {workers:?}, handlers' at {handlers:?}"
+    );
+}
