@@ -615,6 +615,7 @@ impl Settler {
         let mut listed = Instant::now() - Duration::from_secs(3600);
         let mut claimed = Instant::now() - Duration::from_secs(3600);
         let mut backoff = Duration::from_millis(50);
+        let mut behind = false;
         loop {
             if stop.is_cancelled() {
                 break;
@@ -647,15 +648,25 @@ impl Settler {
             // the other sales settle on, and the loop backs off.
             let mut waiting = false;
             'sales: for sale in &active {
-                // The shards of a sale settle concurrently: each has its own
-                // stream, and their transactions overlap in Postgres.
-                let rounds =
-                    (0..sale.shards.len()).map(|shard| self.shard_round(sale, shard, claim));
-                for (shard, r) in futures::future::join_all(rounds)
-                    .await
-                    .into_iter()
-                    .enumerate()
-                {
+                // Keeping up, the shards of a sale settle one after another:
+                // one settlement transaction in Postgres at a time, so where
+                // Postgres shares the cores with the request path it takes
+                // one of them at most (issue 16: every shard's transaction
+                // at once each round stalled reservations ~10 ms). Behind (a
+                // full batch last round), they settle concurrently: each has
+                // its own stream, and their transactions overlap.
+                let results = if behind {
+                    let rounds =
+                        (0..sale.shards.len()).map(|shard| self.shard_round(sale, shard, claim));
+                    futures::future::join_all(rounds).await
+                } else {
+                    let mut results = Vec::with_capacity(sale.shards.len());
+                    for shard in 0..sale.shards.len() {
+                        results.push(self.shard_round(sale, shard, claim).await);
+                    }
+                    results
+                };
+                for (shard, r) in results.into_iter().enumerate() {
                     match r {
                         Ok(o) if o.died => return,
                         Ok(o) => {
@@ -674,6 +685,7 @@ impl Settler {
                     }
                 }
             }
+            behind = full;
             let pause = if failed || waiting {
                 backoff = (backoff * 2).min(Duration::from_secs(2));
                 backoff
