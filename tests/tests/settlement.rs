@@ -1399,7 +1399,9 @@ async fn the_workers_settle_from_their_own_thread_below_the_handlers_priority() 
     assert!(!handlers.is_empty(), "no tokio worker thread found");
     let workers = nice_of_threads("origin-workers");
     assert!(
-        workers.iter().any(|n| handlers.iter().all(|h| *n == h + 10)),
+        workers
+            .iter()
+            .any(|n| handlers.iter().all(|h| *n == h + 10)),
         "workers' threads at nice {workers:?}, handlers' at {handlers:?}"
     );
 }
