@@ -60,10 +60,12 @@ impl Application {
     /// 2. the workers are told to stop: the settler finishes the batch it
     ///    is in (commit + ack) and takes no new one, the outbox relay
     ///    publishes what is left, sweep and reconciler stop;
-    /// 3. if the grace runs out first, what is left is dropped: an
-    ///    uncommitted settlement transaction rolls back and its entries stay
-    ///    pending in the stream for the next worker (XAUTOCLAIM), so nothing
-    ///    is lost, and the call returns an error (exit code 1).
+    /// 3. if the grace runs out first, the call returns an error and
+    ///    `origin serve` exits 1 with what is left unfinished: requests are
+    ///    cut, and an uncommitted settlement transaction (on the workers'
+    ///    thread, which nothing waits for any more) rolls back with the
+    ///    process; its entries stay pending in the stream for the next
+    ///    worker (XAUTOCLAIM), so nothing is lost.
     pub async fn run_until_stopped(self, stop: CancellationToken) -> anyhow::Result<()> {
         let state = self.state;
         let workers_stop = CancellationToken::new();

@@ -68,9 +68,7 @@ impl AppState {
     pub async fn connect(settings: Settings) -> anyhow::Result<Self> {
         let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
         migrate_or_check(&pool, settings.auto_migrate).await?;
-        let conn = store::connect(&settings.redis).await.context(
-            "Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES / REDIS_SENTINEL)",
-        )?;
+        let conn = redis_at_start(&settings).await?;
         Ok(AppState(Arc::new(Inner {
             engine: Arc::new(Engine {
                 conn,
@@ -109,6 +107,14 @@ impl AppState {
             self.sales.clone(),
         )
     }
+}
+
+/// The Redis connection a process needs before it starts serving or
+/// working: unreachable fails the start.
+pub async fn redis_at_start(settings: &Settings) -> anyhow::Result<store::RedisConn> {
+    store::connect(&settings.redis).await.context(
+        "Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES / REDIS_SENTINEL)",
+    )
 }
 
 /// A settlement worker on the given connections, configured from

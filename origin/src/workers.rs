@@ -33,7 +33,7 @@ use crate::configuration::Settings;
 use crate::db::pg_pool;
 use crate::reservations::Engine;
 use crate::sales::SaleRegistry;
-use crate::store::{self, Scripts};
+use crate::store::Scripts;
 use crate::{outbox, reconcile, state, sweep};
 
 /// Which background workers `serve` runs in-process.
@@ -139,11 +139,8 @@ pub async fn start(
 
 async fn connect(settings: &Settings) -> anyhow::Result<(Arc<Engine>, PgPool, Arc<SaleRegistry>)> {
     let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
-    let conn = store::connect(&settings.redis).await.context(
-        "Redis must be reachable at start (REDIS_URL / REDIS_CLUSTER_NODES / REDIS_SENTINEL)",
-    )?;
     let engine = Arc::new(Engine {
-        conn,
+        conn: state::redis_at_start(settings).await?,
         scripts: Scripts::load(),
         // The workers tell no client anything; the settler checks
         // replication with an acknowledger of its own (`state::settler`).
