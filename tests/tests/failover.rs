@@ -561,10 +561,26 @@ async fn with_wait_the_settler_commits_a_hold_only_once_a_replica_has_it() {
         assert!(Instant::now() < deadline, "never settled once replicated");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, body, _) = app
-        .reserve("sw", Some(&token), Some("k"), r#"{"qty":1}"#)
-        .await;
-    assert_eq!(status, 202, "{body}");
+    // The client's retry with its key replays the one hold, now replicated.
+    // Each answer waits for its own `WAIT` (50 ms here), which a loaded
+    // machine can miss (the replica not scheduled in time): then 503 again,
+    // and the client retries, as the answer tells it to.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body, _) = app
+            .reserve("sw", Some(&token), Some("k"), r#"{"qty":1}"#)
+            .await;
+        if status == 202 {
+            break;
+        }
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (503, Some("not_replicated")),
+            "{body}"
+        );
+        assert!(Instant::now() < deadline, "no 202 once replicated: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(count().await, 1);
     app.stop().await;
 }
