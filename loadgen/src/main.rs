@@ -12,6 +12,12 @@ mod sim;
 
 use clap::{Parser, Subcommand};
 
+/// The origin's allocator (`origin/src/main.rs`): `bench-settle` runs the
+/// product's settlement worker in this process, and measured it under the C
+/// library's allocator (malloc and free were a fifth of the worker's CPU).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "loadgen",
