@@ -47,9 +47,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
-use redis::streams::{
-    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
-};
+use redis::Value;
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
@@ -162,18 +161,16 @@ impl HoldRow {
     /// `created` names the field holding the hold's creation time (`at` in
     /// a hold record, `created` in a release record, whose `at` is the
     /// release's own time).
-    fn parse(e: &StreamId, created: &str) -> Option<Self> {
+    fn parse(e: &Entry, created: &str) -> Option<Self> {
         Some(HoldRow {
-            account: field(e, "acct")?,
-            qty: field(e, "qty")?.parse().ok().filter(|q| *q > 0)?,
-            shard: field(e, "shard")?.parse().ok()?,
-            home: field(e, "home")?.parse().ok()?,
-            created_at: ms_time(field(e, created))?,
-            expires_at: ms_time(field(e, "exp"))?,
-            idem: field(e, "idem").filter(|k| !k.is_empty()),
-            requested: field(e, "rq")
-                .and_then(|q| q.parse().ok())
-                .filter(|q| *q > 0),
+            account: e.get("acct")?.to_owned(),
+            qty: e.get("qty")?.parse().ok().filter(|q| *q > 0)?,
+            shard: e.get("shard")?.parse().ok()?,
+            home: e.get("home")?.parse().ok()?,
+            created_at: ms_time(e.get(created))?,
+            expires_at: ms_time(e.get("exp"))?,
+            idem: e.get("idem").filter(|k| !k.is_empty()).map(str::to_owned),
+            requested: e.get("rq").and_then(|q| q.parse().ok()).filter(|q| *q > 0),
         })
     }
 }
@@ -222,32 +219,134 @@ impl RowColumns {
     }
 }
 
-fn field(e: &StreamId, name: &str) -> Option<String> {
-    e.get::<String>(name)
-}
-
-fn ms_time(v: Option<String>) -> Option<DateTime<Utc>> {
+fn ms_time(v: Option<&str>) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_millis(v?.parse().ok()?)
 }
 
+/// One settlement stream entry as read: its id and its fields in stream
+/// order, as bytes (an entry that is not UTF-8 is still parked whole in the
+/// dead-letter stream).
+///
+/// The settler reads XREADGROUP's reply into these directly instead of
+/// redis-rs's `StreamId` (a `HashMap<String, Value>` per entry, each value
+/// cloned again when read): with 12 fields per entry that parse was about
+/// two fifths of the worker's CPU per hold in `perf` of `loadgen
+/// bench-settle`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entry {
+    pub id: String,
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Entry {
+    /// The value of the field `name` (its first occurrence), if UTF-8.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k.as_slice() == name.as_bytes())
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    /// One entry of a stream reply, `[id, [field, value, …]]` (the fields
+    /// nil for an entry deleted while pending); `None` if not that shape.
+    fn from_value(v: Value) -> Option<Self> {
+        let Value::Array(parts) = v else { return None };
+        let mut parts = parts.into_iter();
+        let id = match parts.next()? {
+            Value::BulkString(b) => String::from_utf8(b).ok()?,
+            Value::SimpleString(s) => s,
+            _ => return None,
+        };
+        let fields = match parts.next()? {
+            Value::Array(flat) => {
+                let mut flat = flat.into_iter().map(bytes);
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                while let Some(k) = flat.next() {
+                    fields.push((k?, flat.next()??));
+                }
+                fields
+            }
+            Value::Map(pairs) => pairs
+                .into_iter()
+                .map(|(k, v)| Some((bytes(k)?, bytes(v)?)))
+                .collect::<Option<_>>()?,
+            Value::Nil => Vec::new(),
+            _ => return None,
+        };
+        Some(Entry { id, fields })
+    }
+
+    /// The entries of an XREADGROUP reply on one stream: `[[key, [entry,
+    /// …]]]` (RESP2) or `{key: [entry, …]}` (RESP3); nil when none.
+    fn from_read_reply(v: Value) -> Option<Vec<Self>> {
+        let entries = match v {
+            Value::Nil => return Some(Vec::new()),
+            Value::Array(streams) => streams
+                .into_iter()
+                .map(|s| match s {
+                    Value::Array(kv) => kv.into_iter().nth(1),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?,
+            Value::Map(streams) => streams.into_iter().map(|(_, v)| v).collect(),
+            _ => return None,
+        };
+        let mut out = Vec::new();
+        for list in entries {
+            match list {
+                Value::Array(list) => {
+                    for e in list {
+                        out.push(Entry::from_value(e)?);
+                    }
+                }
+                Value::Nil => {}
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
+impl From<StreamId> for Entry {
+    fn from(e: StreamId) -> Self {
+        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = e
+            .map
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.into_bytes(), bytes(v)?)))
+            .collect();
+        // A HashMap's order is arbitrary; the fields' order carries nothing.
+        fields.sort();
+        Entry { id: e.id, fields }
+    }
+}
+
+fn bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        Value::Int(i) => Some(i.to_string().into_bytes()),
+        _ => None,
+    }
+}
+
 /// Parses a stream entry; `None` means malformed (dead-letter it).
-pub fn parse(e: &StreamId, sale: &str) -> Option<Record> {
-    match field(e, "t")?.as_str() {
+pub fn parse(e: &Entry, sale: &str) -> Option<Record> {
+    match e.get("t")? {
         "hold" => {
-            if field(e, "sale")? != sale {
+            if e.get("sale")? != sale {
                 return None;
             }
             Some(Record::Hold {
-                id: field(e, "id")?,
+                id: e.get("id")?.to_owned(),
                 row: HoldRow::parse(e, "at")?,
             })
         }
         "release" => {
-            let reason = field(e, "reason")?;
-            matches!(reason.as_str(), "expired" | "cancelled" | "rejected").then_some(())?;
+            let reason = e.get("reason")?;
+            matches!(reason, "expired" | "cancelled" | "rejected").then_some(())?;
             Some(Record::Release {
-                id: field(e, "id")?,
-                reason,
+                id: e.get("id")?.to_owned(),
+                reason: reason.to_owned(),
                 row: HoldRow::parse(e, "created"),
             })
         }
@@ -363,12 +462,12 @@ impl Settler {
 
     /// XREADGROUP of up to one batch from `id` (`>`: new entries; `0`: this
     /// consumer's pending ones).
-    async fn read_group(&self, keys: &ShardKeys, id: &str) -> Result<Vec<StreamId>, SettleError> {
+    async fn read_group(&self, keys: &ShardKeys, id: &str) -> Result<Vec<Entry>, SettleError> {
         let mut conn = self.engine.conn.clone();
         let opts = StreamReadOptions::default()
             .group(GROUP, &self.cfg.consumer)
             .count(self.cfg.batch);
-        let read: redis::RedisResult<Option<StreamReadReply>> =
+        let read: redis::RedisResult<Value> =
             conn.xread_options(&[&keys.stream], &[id], &opts).await;
         let reply = match read {
             // The group is made at `sale create`; a Redis that lost its data
@@ -379,9 +478,9 @@ impl Settler {
             }
             other => other?,
         };
-        Ok(reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default())
+        Entry::from_read_reply(reply).ok_or_else(|| {
+            SettleError::Retryable(format!("unexpected XREADGROUP reply on {}", keys.stream))
+        })
     }
 
     /// Takes over entries another consumer left pending too long.
@@ -412,7 +511,8 @@ impl Settler {
         if !reply.claimed.is_empty() {
             tracing::info!(sale = %sale.config.id, shard, entries = reply.claimed.len(), "claimed entries left pending by another consumer");
         }
-        let r = self.process(sale, shard, reply.claimed).await;
+        let claimed = reply.claimed.into_iter().map(Entry::from).collect();
+        let r = self.process(sale, shard, claimed).await;
         self.after(keys, r)
     }
 
@@ -423,7 +523,7 @@ impl Settler {
         &self,
         sale: &Sale,
         shard: usize,
-        entries: Vec<StreamId>,
+        entries: Vec<Entry>,
     ) -> Result<BatchOutcome, SettleError> {
         let mut out = BatchOutcome {
             entries: entries.len(),
@@ -468,12 +568,8 @@ impl Settler {
         }
         for e in malformed {
             // Fatal for this entry only: park it, keep going.
-            let mut fields: Vec<(String, String)> = e
-                .map
-                .keys()
-                .filter_map(|k| Some((k.clone(), field(e, k)?)))
-                .collect();
-            fields.push(("original_id".into(), e.id.clone()));
+            let mut fields = e.fields.clone();
+            fields.push((b"original_id".to_vec(), e.id.clone().into_bytes()));
             let _: String = conn.xadd(&keys.dead_letter, "*", &fields).await?;
             tracing::error!(sale = %sale_id, shard, entry = %e.id, "malformed settlement entry parked in the dead-letter stream");
             out.dead_lettered += 1;
@@ -883,7 +979,78 @@ pub async fn lag(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::stream_id;
+    use super::{Entry, stream_id};
+    use redis::Value;
+
+    fn bulk(s: &[u8]) -> Value {
+        Value::BulkString(s.to_vec())
+    }
+
+    fn entry(id: &str, flat: &[&[u8]]) -> Value {
+        Value::Array(vec![
+            bulk(id.as_bytes()),
+            Value::Array(flat.iter().map(|b| bulk(b)).collect()),
+        ])
+    }
+
+    #[test]
+    fn a_read_reply_gives_its_entries_in_order_with_their_fields_in_order() {
+        let resp2 = Value::Array(vec![Value::Array(vec![
+            bulk(b"s"),
+            Value::Array(vec![
+                entry("1-0", &[b"t", b"hold", b"id", b"a"]),
+                entry("1-1", &[b"t", b"release", b"id", b"\xff"]),
+            ]),
+        ])]);
+        let got = Entry::from_read_reply(resp2).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            (got[0].id.as_str(), got[0].get("t"), got[0].get("id")),
+            ("1-0", Some("hold"), Some("a"))
+        );
+        assert_eq!(got[1].get("id"), None, "not UTF-8: no value to parse");
+        assert_eq!(
+            got[1].fields[1],
+            (b"id".to_vec(), b"\xff".to_vec()),
+            "kept whole for the dead-letter stream"
+        );
+        // RESP3 answers a map of streams.
+        let resp3 = Value::Map(vec![(
+            bulk(b"s"),
+            Value::Array(vec![entry("2-0", &[b"t", b"hold"])]),
+        )]);
+        assert_eq!(
+            Entry::from_read_reply(resp3).unwrap()[0].get("t"),
+            Some("hold")
+        );
+        assert_eq!(
+            Entry::from_read_reply(Value::Nil),
+            Some(vec![]),
+            "nothing new"
+        );
+    }
+
+    #[test]
+    fn an_entry_deleted_while_pending_reads_as_one_without_fields() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk(b"s"),
+            Value::Array(vec![Value::Array(vec![bulk(b"3-0"), Value::Nil])]),
+        ])]);
+        let got = Entry::from_read_reply(reply).unwrap();
+        assert_eq!((got[0].id.as_str(), got[0].fields.len()), ("3-0", 0));
+        assert!(super::parse(&got[0], "sale").is_none(), "malformed: parked");
+    }
+
+    #[test]
+    fn a_reply_of_another_shape_is_refused_not_guessed() {
+        let odd_fields = Value::Array(vec![Value::Array(vec![
+            bulk(b"s"),
+            Value::Array(vec![entry("1-0", &[b"t", b"hold", b"id"])]),
+        ])]);
+        assert_eq!(Entry::from_read_reply(odd_fields), None);
+        assert_eq!(Entry::from_read_reply(Value::Int(1)), None);
+        assert_eq!(Entry::from_read_reply(Value::Array(vec![bulk(b"s")])), None);
+    }
 
     #[test]
     fn stream_ids_order_numerically_not_as_strings() {

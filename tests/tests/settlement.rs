@@ -198,8 +198,17 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
             .collect();
         let _: String = conn.xadd(&k.stream, "*", &fields).await.unwrap();
     }
-    let _: String = conn
+    let bad: String = conn
         .xadd(&k.stream, "*", &[("t", "hold"), ("id", "x")])
+        .await
+        .unwrap();
+    // Not UTF-8: parked whole, its bytes kept.
+    let binary: String = conn
+        .xadd(
+            &k.stream,
+            "*",
+            &[(b"t".as_slice(), b"hold".as_slice()), (b"id", b"\xff\xfe")],
+        )
         .await
         .unwrap();
     let settler = app.state.settler();
@@ -215,23 +224,51 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
     let parked: usize = outcomes.iter().map(|o| o.dead_lettered).sum();
     assert_eq!(
         (inserted, parked),
-        (10, 1),
-        "copies skipped, the bad entry parked"
+        (10, 2),
+        "copies skipped, the bad entries parked"
     );
     assert_eq!(
         inventory(&app, "redo").await,
         (50, 10, 0),
         "counts unchanged by the copies"
     );
-    let dlq: i64 = conn.xlen(&k.dead_letter).await.unwrap();
-    assert_eq!(dlq, 1);
+    // Each parked entry: its fields as written, in order, and its id.
+    let parked: Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> = redis::cmd("XRANGE")
+        .arg(&k.dead_letter)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let fields: Vec<_> = parked.into_iter().map(|(_, f)| f).collect();
+    let f = |pairs: &[(&[u8], &[u8])]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    };
+    assert_eq!(
+        fields,
+        vec![
+            f(&[
+                (b"t", b"hold"),
+                (b"id", b"x"),
+                (b"original_id", bad.as_bytes())
+            ]),
+            f(&[
+                (b"t", b"hold"),
+                (b"id", b"\xff\xfe"),
+                (b"original_id", binary.as_bytes())
+            ]),
+        ]
+    );
     let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
         .await
         .unwrap();
-    assert_eq!(r.dead_letters, 1, "the reconciler reports parked entries");
+    assert_eq!(r.dead_letters, 2, "the reconciler reports parked entries");
     let metrics = app.metrics().await;
     assert!(
-        metrics.contains("flashsale_dead_letter_entries{sale=\"redo\"} 1"),
+        metrics.contains("flashsale_dead_letter_entries{sale=\"redo\"} 2"),
         "dead letters are a metric to alarm on"
     );
     assert_eq!(
