@@ -33,8 +33,8 @@
 //! consumer reads its own pending entries first (a failed batch, or a read
 //! whose reply a timeout lost, is pending there).
 //!
-//! Entries are acknowledged (and deleted from the stream) only after the
-//! commit. Entries a dead consumer left pending are claimed with XAUTOCLAIM
+//! Entries are acknowledged only after the commit, and the stream is then
+//! trimmed below the oldest entry not settled yet (`lua/settled.lua`). Entries a dead consumer left pending are claimed with XAUTOCLAIM
 //! after `claim_idle`. Errors are split: a lost connection is retryable (back
 //! off, the same entries are read again); an entry that cannot be parsed is
 //! fatal for that entry only: it is parked in the shard's dead-letter stream
@@ -665,12 +665,23 @@ impl Settler {
         for id in &rejected_ids {
             self.engine.release(keys, shard, id, "rejected").await?;
         }
+        // Acknowledged, and the settled part of the stream dropped
+        // (lua/settled.lua): one script, one round trip.
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
-        // One round trip: acknowledged, then deleted (in this order).
-        let _: (i64, i64) = redis::pipe()
-            .xack(&keys.stream, GROUP, &ids)
-            .xdel(&keys.stream, &ids)
-            .query_async(&mut conn)
+        let last = ids
+            .iter()
+            .copied()
+            .max_by_key(|id| stream_id(id))
+            .unwrap_or("0-0");
+        let _: (i64, i64) = self
+            .engine
+            .scripts
+            .settled
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(last)
+            .arg(&ids)
+            .invoke_async(&mut conn)
             .await?;
         metrics::histogram!("flashsale_settlement_batch_size").record(entries.len() as f64);
         metrics::counter!("flashsale_settled_entries_total").increment(entries.len() as u64);

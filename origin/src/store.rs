@@ -240,6 +240,7 @@ pub struct Scripts {
     pub unconfirm: Script,
     pub restore: Script,
     pub restore_quota: Script,
+    pub settled: Script,
 }
 
 const LIB: &str = include_str!("../../lua/_lib.lua");
@@ -264,6 +265,7 @@ impl Scripts {
             unconfirm: Script::new(include_str!("../../lua/unconfirm.lua")),
             restore: with_lib(include_str!("../../lua/restore.lua")),
             restore_quota: Script::new(include_str!("../../lua/restore_quota.lua")),
+            settled: Script::new(include_str!("../../lua/settled.lua")),
         }
     }
 }

@@ -1442,3 +1442,84 @@ async fn the_workers_settle_from_their_own_thread_below_the_handlers_priority() 
         "workers' threads at nice {workers:?}, handlers' at {handlers:?}"
     );
 }
+
+/// `lua/settled.lua`: after a batch, the stream keeps every entry not
+/// settled yet — one pending on another consumer below the batch, and the
+/// entries after it — and drops only the settled ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_settled_entries_leave_the_stream() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("trim", 50, 1, 1)).await;
+    for a in 0..6 {
+        let t = app.admit(&format!("t{a}"), "trim");
+        assert_eq!(
+            app.reserve("trim", Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202
+        );
+    }
+    let sale = app.state.sales.get("trim").await.unwrap().unwrap();
+    let k = &sale.shards[0];
+    let mut conn = app.redis().await;
+    let ids = |r: redis::streams::StreamRangeReply| -> Vec<String> {
+        r.ids.into_iter().map(|e| e.id).collect()
+    };
+    let all = ids(conn.xrange_all(&k.stream).await.unwrap());
+    assert_eq!(all.len(), 6);
+    // Another settler read the first entry and died before settling it.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(origin::store::GROUP)
+        .arg("dead-settler")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(&k.stream)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // This settler takes batches of two: entries 2 and 3.
+    let mut settler = app.state.settler();
+    std::sync::Arc::get_mut(&mut settler).unwrap().cfg.batch = 2;
+    let o = settler.settle_shard(&sale, 0).await.unwrap();
+    assert_eq!((o.entries, o.inserted), (2, 2));
+    assert_eq!(
+        ids(conn.xrange_all(&k.stream).await.unwrap()),
+        vec![
+            all[0].clone(),
+            all[3].clone(),
+            all[4].clone(),
+            all[5].clone()
+        ],
+        "the pending first entry and the unread last three stay"
+    );
+    // The dead settler's entry, once claimed and settled, leaves with the
+    // rest.
+    std::sync::Arc::get_mut(&mut settler)
+        .unwrap()
+        .cfg
+        .claim_idle = Duration::ZERO;
+    let o = settler.claim_shard(&sale, 0).await.unwrap();
+    assert_eq!(o.inserted, 1);
+    assert_eq!(
+        ids(conn.xrange_all(&k.stream).await.unwrap()),
+        all[3..].to_vec(),
+        "settled below the oldest unsettled entry: dropped"
+    );
+    std::sync::Arc::get_mut(&mut settler).unwrap().cfg.batch = 1_000;
+    assert_eq!(settler.settle_shard(&sale, 0).await.unwrap().inserted, 3);
+    let left: i64 = conn.xlen(&k.stream).await.unwrap();
+    assert_eq!(left, 0, "every entry settled, none left");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE sale_id = 'trim'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 6, "each hold once");
+    app.stop().await;
+}
