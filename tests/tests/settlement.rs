@@ -233,7 +233,8 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
         "counts unchanged by the copies"
     );
     // Each parked entry: its fields as written, in order, and its id.
-    let parked: Vec<(String, Vec<(Vec<u8>, Vec<u8>)>)> = redis::cmd("XRANGE")
+    type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+    let parked: Vec<(String, Fields)> = redis::cmd("XRANGE")
         .arg(&k.dead_letter)
         .arg("-")
         .arg("+")
@@ -241,7 +242,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
         .await
         .unwrap();
     let fields: Vec<_> = parked.into_iter().map(|(_, f)| f).collect();
-    let f = |pairs: &[(&[u8], &[u8])]| -> Vec<(Vec<u8>, Vec<u8>)> {
+    let f = |pairs: &[(&[u8], &[u8])]| -> Fields {
         pairs
             .iter()
             .map(|(k, v)| (k.to_vec(), v.to_vec()))
