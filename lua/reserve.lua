@@ -59,7 +59,7 @@ end
 
 if stock >= 1 then
   local q = math.min(stock, qty)
-  redis.call('HINCRBY', KEYS[4], acct, q)
+  redis.call('HINCRBY', KEYS[4], acct, int(q))
   local exp = grant_hold(id, acct, q, now, hold_ms, shard, shard, ARGV[7], ARGV[11], qty)
   redis.call('SET', KEYS[8], cjson.encode({st = 'held', id = id, sh = shard, e = exp, q = q, rq = qty}),
     'EX', ARGV[8])
