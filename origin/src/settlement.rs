@@ -34,8 +34,9 @@
 //! whose reply a timeout lost, is pending there).
 //!
 //! Entries are acknowledged only after the commit, and the stream is then
-//! trimmed below the oldest entry not settled yet (`lua/settled.lua`). Entries a dead consumer left pending are claimed with XAUTOCLAIM
-//! after `claim_idle`. Errors are split: a lost connection is retryable (back
+//! trimmed below the oldest entry not settled yet (`lua/settled.lua`).
+//! Entries a dead consumer left pending are claimed with XAUTOCLAIM after
+//! `claim_idle`. Errors are split: a lost connection is retryable (back
 //! off, the same entries are read again); an entry that cannot be parsed is
 //! fatal for that entry only: it is parked in the shard's dead-letter stream
 //! and the worker keeps going.
@@ -48,7 +49,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
 use redis::Value;
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions};
+use redis::streams::{StreamAutoClaimOptions, StreamReadOptions};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
@@ -293,30 +294,25 @@ impl Entry {
         };
         let mut out = Vec::new();
         for list in entries {
-            match list {
-                Value::Array(list) => {
-                    for e in list {
-                        out.push(Entry::from_value(e)?);
-                    }
-                }
-                Value::Nil => {}
-                _ => return None,
-            }
+            out.extend(Entry::from_list(list)?);
         }
         Some(out)
     }
-}
 
-impl From<StreamId> for Entry {
-    fn from(e: StreamId) -> Self {
-        let mut fields: Vec<(Vec<u8>, Vec<u8>)> = e
-            .map
-            .into_iter()
-            .filter_map(|(k, v)| Some((k.into_bytes(), bytes(v)?)))
-            .collect();
-        // A HashMap's order is arbitrary; the fields' order carries nothing.
-        fields.sort();
-        Entry { id: e.id, fields }
+    /// The entries an XAUTOCLAIM reply claimed: `[next id, [entry, …],
+    /// [deleted id, …]]` (the last part from Redis 7).
+    fn from_autoclaim_reply(v: Value) -> Option<Vec<Self>> {
+        let Value::Array(parts) = v else { return None };
+        Entry::from_list(parts.into_iter().nth(1)?)
+    }
+
+    /// A list of entries (nil: none).
+    fn from_list(v: Value) -> Option<Vec<Self>> {
+        match v {
+            Value::Array(list) => list.into_iter().map(Entry::from_value).collect(),
+            Value::Nil => Some(Vec::new()),
+            _ => None,
+        }
     }
 }
 
@@ -491,7 +487,7 @@ impl Settler {
     ) -> Result<BatchOutcome, SettleError> {
         let keys = &sale.shards[shard];
         let mut conn = self.engine.conn.clone();
-        let r: redis::RedisResult<StreamAutoClaimReply> = conn
+        let r: redis::RedisResult<Value> = conn
             .xautoclaim_options(
                 &keys.stream,
                 GROUP,
@@ -508,10 +504,12 @@ impl Settler {
             }
             other => other?,
         };
-        if !reply.claimed.is_empty() {
-            tracing::info!(sale = %sale.config.id, shard, entries = reply.claimed.len(), "claimed entries left pending by another consumer");
+        let claimed = Entry::from_autoclaim_reply(reply).ok_or_else(|| {
+            SettleError::Retryable(format!("unexpected XAUTOCLAIM reply on {}", keys.stream))
+        })?;
+        if !claimed.is_empty() {
+            tracing::info!(sale = %sale.config.id, shard, entries = claimed.len(), "claimed entries left pending by another consumer");
         }
-        let claimed = reply.claimed.into_iter().map(Entry::from).collect();
         let r = self.process(sale, shard, claimed).await;
         self.after(keys, r)
     }
@@ -1050,6 +1048,18 @@ mod tests {
         let got = Entry::from_read_reply(reply).unwrap();
         assert_eq!((got[0].id.as_str(), got[0].fields.len()), ("3-0", 0));
         assert!(super::parse(&got[0], "sale").is_none(), "malformed: parked");
+    }
+
+    #[test]
+    fn an_autoclaim_reply_gives_the_claimed_entries() {
+        let reply = Value::Array(vec![
+            bulk(b"0-0"),
+            Value::Array(vec![entry("4-0", &[b"t", b"hold"])]),
+            Value::Array(vec![bulk(b"3-0")]),
+        ]);
+        let got = Entry::from_autoclaim_reply(reply).unwrap();
+        assert_eq!((got.len(), got[0].id.as_str()), (1, "4-0"));
+        assert_eq!(Entry::from_autoclaim_reply(Value::Nil), None);
     }
 
     #[test]
