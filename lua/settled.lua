@@ -49,11 +49,11 @@ local function on_ids(cmd, ...)
 end
 
 local acked = on_ids('XACK', ARGV[1])
-local ms, seq = string.match(ARGV[2], '^(%d+)-(%d+)$')
+local ms, seq = id_of(ARGV[2])
 if not ms then
   return {acked, on_ids('XDEL')}
 end
-local minid = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+local minid = string.format('%d-%d', ms, seq + 1)
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1])
 if pending[1] > 0 and before(pending[2], minid) then
   return {acked, redis.call('XTRIM', KEYS[1], 'MINID', pending[2]) + on_ids('XDEL')}
