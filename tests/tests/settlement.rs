@@ -30,6 +30,20 @@ async fn wait_settled(app: &TestApp, sale: &str) {
     panic!("settlement did not drain");
 }
 
+/// One hold of 1 unit for each account, each answered 202.
+async fn hold_one_each(app: &TestApp, sale: &str, accounts: impl IntoIterator<Item = String>) {
+    for a in accounts {
+        let t = app.admit(&a, sale);
+        assert_eq!(
+            app.reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#)
+                .await
+                .0,
+            202,
+            "hold for {a}"
+        );
+    }
+}
+
 async fn inventory(app: &TestApp, sale: &str) -> (i32, i32, i32) {
     sqlx::query_as("SELECT total, held, sold FROM inventory WHERE sale_id = $1")
         .bind(sale)
@@ -176,15 +190,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
     })
     .await;
     app.create_sale(sale_spec("redo", 50, 2, 1)).await;
-    for a in 0..10 {
-        let t = app.admit(&format!("r{a}"), "redo");
-        assert_eq!(
-            app.reserve("redo", Some(&t), Some("k"), r#"{"qty":1}"#)
-                .await
-                .0,
-            202
-        );
-    }
+    hold_one_each(&app, "redo", (0..10).map(|a| format!("r{a}"))).await;
     let sale = app.state.sales.get("redo").await.unwrap().unwrap();
     let k = &sale.shards[0];
     let mut conn = app.redis().await;
@@ -319,13 +325,7 @@ async fn three_holds_where_postgres_has_room_for_one(
         .execute(&app.state.pool)
         .await
         .unwrap();
-    for a in ["g1", "g2", "g3"] {
-        let t = app.admit(a, id);
-        assert_eq!(
-            app.reserve(id, Some(&t), Some("k"), r#"{"qty":1}"#).await.0,
-            202
-        );
-    }
+    hold_one_each(app, id, ["g1", "g2", "g3"].map(String::from)).await;
     app.state.sales.get(id).await.unwrap().unwrap()
 }
 
@@ -394,15 +394,7 @@ async fn drift_is_reported_and_repaired_but_never_while_settlement_is_behind() {
     app.create_sale(sale_spec("drift", 100, 2, 2)).await;
     let sale = app.state.sales.get("drift").await.unwrap().unwrap();
     let settler = app.state.settler();
-    for a in 0..20 {
-        let t = app.admit(&format!("d{a}"), "drift");
-        assert_eq!(
-            app.reserve("drift", Some(&t), Some("k"), r#"{"qty":1}"#)
-                .await
-                .0,
-            202
-        );
-    }
+    hold_one_each(&app, "drift", (0..20).map(|a| format!("d{a}"))).await;
     for s in 0..2 {
         while settler.settle_shard(&sale, s).await.unwrap().entries > 0 {}
     }
@@ -1455,15 +1447,7 @@ async fn only_settled_entries_leave_the_stream() {
     })
     .await;
     app.create_sale(sale_spec("trim", 50, 1, 1)).await;
-    for a in 0..6 {
-        let t = app.admit(&format!("t{a}"), "trim");
-        assert_eq!(
-            app.reserve("trim", Some(&t), Some("k"), r#"{"qty":1}"#)
-                .await
-                .0,
-            202
-        );
-    }
+    hold_one_each(&app, "trim", (0..6).map(|a| format!("t{a}"))).await;
     let sale = app.state.sales.get("trim").await.unwrap().unwrap();
     let k = &sale.shards[0];
     let mut conn = app.redis().await;
