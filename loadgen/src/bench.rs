@@ -79,6 +79,11 @@ pub struct BenchOriginArgs {
     /// measure the client and the HTTP stack alone at the same rate.
     #[arg(long)]
     probe: Option<String>,
+    /// Diagnosis: write each request's due time (ms from the start) and
+    /// latency (ms), one per line, to this file — to line a tail's stalls up
+    /// with what else ran then.
+    #[arg(long)]
+    timeline: Option<std::path::PathBuf>,
 }
 
 /// One request as scheduled: its index and when it was due.
@@ -153,7 +158,7 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
     let total = a.rate * a.seconds;
     let (job_tx, job_rx) = tokio::sync::mpsc::channel::<Job>(total as usize + 1);
     let job_rx = Arc::new(tokio::sync::Mutex::new(job_rx));
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u16, u64)>();
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<(u16, u64, u64)>();
     let mut workers = Vec::new();
     for _ in 0..a.target.connections {
         let stream = tokio::net::TcpStream::connect(&authority)
@@ -195,7 +200,7 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
                     }
                     Err(_) => 0,
                 };
-                let _ = done_tx.send((status, due.elapsed().as_micros() as u64));
+                let _ = done_tx.send((status, due.elapsed().as_micros() as u64, i));
                 if status == 0 {
                     return;
                 }
@@ -215,12 +220,27 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
     let mut hist = Histogram::<u64>::new(3)?;
     let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
     let mut answered = 0u64;
-    while let Some((status, us)) = done_rx.recv().await {
+    let mut timeline = Vec::new();
+    while let Some((status, us, i)) = done_rx.recv().await {
         hist.record(us.max(1))?;
+        if a.timeline.is_some() {
+            timeline.push((i, us));
+        }
         *statuses.entry(status).or_default() += 1;
         answered += 1;
     }
     let elapsed = start.elapsed().as_secs_f64();
+    if let Some(path) = &a.timeline {
+        timeline.sort_unstable();
+        let lines: String = timeline
+            .iter()
+            .map(|(i, us)| {
+                let due_ms = *i as f64 * 1000.0 / a.rate as f64;
+                format!("{due_ms:.3} {:.3}\n", *us as f64 / 1000.0)
+            })
+            .collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
+    }
     let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(LatencyPoint {
         target_rate: a.rate,
@@ -275,6 +295,7 @@ pub async fn latency_curve(a: LatencyCurveArgs) -> anyhow::Result<()> {
             rate,
             seconds: a.seconds,
             probe: None,
+            timeline: None,
         };
         let product = open_loop(&run, &ring).await?;
         let probe = BenchOriginArgs {
