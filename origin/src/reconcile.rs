@@ -50,7 +50,11 @@
 //! in Postgres (a crash between the payment saga's confirm and its commit
 //! leaves Redis `paid` over an unpaid reservation: a unit no expiry would
 //! return). The disagreement is reported and, when repairing, re-aligned
-//! with Postgres under the rows' locks (`payments::align_hold`).
+//! with Postgres under the rows' locks (`payments::align_hold`). This check
+//! runs every round whatever the load, so it reads only what can disagree:
+//! Postgres's paid reservations and their hold records, with the number of
+//! holds Redis has as paid (paid_holds.lua); every hold record is read only
+//! when that number says some hold is paid in Redis alone.
 //!
 //! A shard whose keys are gone (Redis restarted without persistence) is
 //! rebuilt from Postgres (rebuild.lua: stock, holds with expiries, per-user
@@ -103,6 +107,9 @@ pub struct Report {
     /// Those of them that were paid and whose hold is back in Redis (when
     /// `repair`).
     pub restored_paid: Vec<String>,
+    /// Hold records read one by one for the paid-state check this round: 0
+    /// when Postgres's paid reservations accounted for every paid hold.
+    pub hold_records_scanned: usize,
 }
 
 /// Holds asked for per `HSCAN` call, and checked against Postgres at a
@@ -234,6 +241,11 @@ async fn compare_shard(
     let mut scan = HashScan::new(&k.holds);
     while let Some(pairs) = scan.next(engine).await? {
         redis_ids.extend(pairs.into_iter().map(|(id, _)| id));
+        // A sale that starts selling again mid-scan (10^6 holds are a
+        // thousand chunks) is left at once, not read to the end in vain.
+        if observe(engine, k).await? != before {
+            return Ok(ShardCheck::Moving);
+        }
     }
     if observe(engine, k).await? != before {
         return Ok(ShardCheck::Moving);
@@ -665,6 +677,10 @@ async fn repair_locked(
 /// under the reservation's and its payments' row locks, and the payment saga
 /// only confirms in Redis while it holds the payment row lock, so an event
 /// in flight makes the repair skip (`Busy`) instead of undoing its confirm.
+///
+/// Per shard, the cheap look first ([`paid_holds_agree`]); the scan of
+/// every hold record (chunks of [`SCAN_CHUNK`], each looked up in Postgres)
+/// only when it is not conclusive.
 async fn check_hold_states(
     engine: &Engine,
     pool: &PgPool,
@@ -673,33 +689,35 @@ async fn check_hold_states(
     report: &mut Report,
 ) -> Result<(), ReconcileError> {
     let cfg = &sale.config;
-    for k in &sale.shards {
-        let mut scan = HashScan::new(&k.holds);
-        while let Some(pairs) = scan.next(engine).await? {
-            let ids: Vec<&str> = pairs.iter().map(|(id, _)| id.as_str()).collect();
-            let pg_paid: HashSet<String> = sqlx::query_scalar(
-                "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'paid'",
-            )
-            .bind(&ids)
-            .fetch_all(pool)
-            .await?
-            .into_iter()
-            .collect();
-            for (id, raw) in &pairs {
-                let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
-                if redis_paid == pg_paid.contains(id) {
-                    continue;
+    for (i, k) in sale.shards.iter().enumerate() {
+        match paid_holds_agree(engine, pool, sale, i).await? {
+            // Every hold Redis has as paid is paid in Postgres: only the
+            // reverse can disagree, and those records are in hand.
+            Some(records) => {
+                for (id, raw) in &records {
+                    let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
+                    if !redis_paid {
+                        align_state(pool, engine, sale, id, repair, false, report).await?;
+                    }
                 }
-                // Re-read under the locks: it may agree after all (an event
-                // just committed), or an event may be being applied right
-                // now (Busy).
-                match payments::align_hold(pool, engine, sale, id, repair).await? {
-                    Alignment::Agreed | Alignment::Busy => {}
-                    a => {
-                        tracing::warn!(sale = %cfg.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");
-                        report.state_mismatches.push(id.clone());
-                        if repair {
-                            report.aligned.push(id.clone());
+            }
+            None => {
+                let mut scan = HashScan::new(&k.holds);
+                while let Some(pairs) = scan.next(engine).await? {
+                    report.hold_records_scanned += pairs.len();
+                    let ids: Vec<&str> = pairs.iter().map(|(id, _)| id.as_str()).collect();
+                    let pg_paid: HashSet<String> = sqlx::query_scalar(
+                        "SELECT id FROM reservations WHERE id = ANY($1) AND status = 'paid'",
+                    )
+                    .bind(&ids)
+                    .fetch_all(pool)
+                    .await?
+                    .into_iter()
+                    .collect();
+                    for (id, raw) in &pairs {
+                        let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
+                        if redis_paid != pg_paid.contains(id) {
+                            align_state(pool, engine, sale, id, repair, redis_paid, report).await?;
                         }
                     }
                 }
@@ -710,6 +728,110 @@ async fn check_hold_states(
         .set(report.state_mismatches.len() as f64);
     Ok(())
 }
+
+/// One hold whose paid state disagreed: re-read under the locks (it may
+/// agree after all — an event just committed — or an event may be being
+/// applied right now: `Busy`), reported, and re-aligned when `repair`.
+async fn align_state(
+    pool: &PgPool,
+    engine: &Engine,
+    sale: &Sale,
+    id: &str,
+    repair: bool,
+    redis_paid: bool,
+    report: &mut Report,
+) -> Result<(), ReconcileError> {
+    match payments::align_hold(pool, engine, sale, id, repair).await? {
+        Alignment::Agreed | Alignment::Busy => {}
+        a => {
+            tracing::warn!(sale = %sale.config.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");
+            report.state_mismatches.push(id.to_string());
+            if repair {
+                report.aligned.push(id.to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cheap check of one shard's paid states (paid_holds.lua), without
+/// reading every hold record: Postgres's paid reservations on the shard,
+/// their records in Redis, and how many holds Redis has as paid. When the
+/// ids Postgres has as paid include every hold Redis has as paid (as many of
+/// them are paid in Redis as Redis has paid holds), the only disagreements
+/// can be among those ids, whose `(id, record)` are returned. `None`: they
+/// do not account for them all (a hold paid in Redis alone — the crash
+/// between the saga's confirm and its commit — or a payment moving meanwhile,
+/// or more paid ids than one look takes): scan the shard.
+///
+/// Between chunks the count is read again and must not move; a payment that
+/// moves a hold both ways between two chunks could hide one round's
+/// disagreement, which the next round (a minute later) sees.
+async fn paid_holds_agree(
+    engine: &Engine,
+    pool: &PgPool,
+    sale: &Sale,
+    i: usize,
+) -> Result<Option<Vec<(String, String)>>, ReconcileError> {
+    let k = &sale.shards[i];
+    let paid: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM reservations WHERE sale_id = $1 AND shard = $2 AND status = 'paid'",
+    )
+    .bind(&sale.config.id)
+    .bind(i as i32)
+    .fetch_all(pool)
+    .await?;
+    if paid.len() > PAID_LOOK_MAX {
+        return Ok(None);
+    }
+    let mut conn = engine.conn.clone();
+    let mut count = None;
+    let mut paid_in_redis = 0i64;
+    let mut records = Vec::with_capacity(paid.len());
+    // At least one call, for the count, when Postgres has none paid.
+    let chunks: Vec<&[String]> = if paid.is_empty() {
+        vec![&[]]
+    } else {
+        paid.chunks(SCAN_CHUNK).collect()
+    };
+    for ids in chunks {
+        let mut call = engine.scripts.paid_holds.key(&k.holds);
+        call.key(&k.exp);
+        for id in ids {
+            call.arg(id);
+        }
+        let (n, recs): (i64, Vec<Option<String>>) = {
+            let reply: Vec<redis::Value> = call.invoke_async(&mut conn).await?;
+            let mut it = reply.into_iter();
+            let n = it
+                .next()
+                .map(redis::from_redis_value)
+                .transpose()
+                .map_err(redis::RedisError::from)?;
+            let recs = it
+                .map(redis::from_redis_value)
+                .collect::<Result<_, _>>()
+                .map_err(redis::RedisError::from)?;
+            (n.unwrap_or(-1), recs)
+        };
+        if *count.get_or_insert(n) != n {
+            return Ok(None);
+        }
+        for (id, rec) in ids.iter().zip(recs) {
+            if let Some(raw) = rec {
+                if HoldRecord::parse(&raw).is_some_and(|h| h.status == "paid") {
+                    paid_in_redis += 1;
+                }
+                records.push((id.clone(), raw));
+            }
+        }
+    }
+    Ok((count == Some(paid_in_redis)).then_some(records))
+}
+
+/// More reservations paid on one shard than this and the reconciler scans
+/// the shard's hold records instead of looking them up by id.
+const PAID_LOOK_MAX: usize = 100_000;
 
 /// A hold or release record still in a surviving shard's stream, as far as
 /// a rebuild needs it to restore the hold's Idempotency-Key record.
