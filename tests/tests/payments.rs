@@ -1003,6 +1003,36 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
     app.stop().await;
 }
 
+/// The hold record and the key record are written out as JSON text by the
+/// scripts (grant_hold, reserve.lua), not by `cjson.encode` of a table: an
+/// account with JSON's special characters keeps its exact name in the hold
+/// record, a replay of the key decodes its record to the first answer, and a
+/// purchase (confirm.lua decodes and re-encodes the record) still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_and_key_records_keep_an_account_with_json_special_characters() {
+    let app = TestApp::spawn_with(no_reconciler()).await;
+    app.create_sale(sale_spec("jsonacct", 3, 1, 1)).await;
+    let acct = "a\"b\\c/\u{e9}\u{1F600}\t";
+    let (id, t) = reserve_one(&app, "jsonacct", acct).await;
+    let (_, rec, in_exp) = redis_hold(&app, "jsonacct", &id).await.expect("a hold");
+    assert_eq!(
+        (
+            rec["a"].as_str(),
+            rec["q"].as_i64(),
+            rec["r"].as_i64(),
+            rec["s"].as_str(),
+            in_exp
+        ),
+        (Some(acct), Some(1), Some(1), Some("held"), true),
+        "{rec}"
+    );
+    let (again, _) = reserve_one(&app, "jsonacct", acct).await;
+    assert_eq!(again, id, "the key's replay answers the first hold");
+    let (s, p) = purchase(&app, &id, &t).await;
+    assert_eq!(s, 201, "{p}");
+    app.stop().await;
+}
+
 /// The paid-state check at scale (issue 16): a round used to read every
 /// hold record of every shard (`HSCAN`) and look each chunk up in Postgres,
 /// a minute apart whatever the load — at 10^6 live holds about a second of
