@@ -16,6 +16,10 @@
 -- account for all of them, no hold is paid in Redis alone and the reconciler
 -- need not scan every hold record of the shard (10^6 on a big sale); when
 -- they do not, it scans (origin/src/reconcile.rs, check_hold_states).
+-- An id in `exp` without a hold record would make the count one short and
+-- could hide a hold paid in Redis alone; no script leaves one (release_hold
+-- removes both), and reclaim_expired drops one it meets once it is due, so
+-- such a miss would last until then, not for good.
 
 local paid = redis.call('HLEN', KEYS[1]) - redis.call('ZCARD', KEYS[2])
 local out = {paid}
