@@ -5,8 +5,8 @@
 -- KEYS: 1 holds  2 exp (one shard's slot)
 -- ARGV: the ids of the reservations Postgres has `paid` on this shard (a
 --       chunk of them)
--- Returns {paid, rec1, rec2, …}: `paid` = HLEN(holds) − ZCARD(exp), then
--- each id's hold record (false when the shard has none).
+-- Returns {paid, {rec1, rec2, …}}: `paid` = HLEN(holds) − ZCARD(exp), and
+-- each id's hold record in ARGV's order (nil when the shard has none).
 --
 -- Invariant used (kept by every script that writes a hold): a hold record
 -- is in `exp` exactly while it is not paid — grant_hold and unconfirm.lua
@@ -22,8 +22,8 @@
 -- such a miss would last until then, not for good.
 
 local paid = redis.call('HLEN', KEYS[1]) - redis.call('ZCARD', KEYS[2])
-local out = {paid}
+local recs = {}
 for i, id in ipairs(ARGV) do
-  out[i + 1] = redis.call('HGET', KEYS[1], id) or false
+  recs[i] = redis.call('HGET', KEYS[1], id) or false
 end
-return out
+return {paid, recs}

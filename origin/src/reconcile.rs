@@ -692,13 +692,10 @@ async fn check_hold_states(
     for (i, k) in sale.shards.iter().enumerate() {
         match paid_holds_agree(engine, pool, sale, i).await? {
             // Every hold Redis has as paid is paid in Postgres: only the
-            // reverse can disagree, and those records are in hand.
-            Some(records) => {
-                for (id, raw) in &records {
-                    let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
-                    if !redis_paid {
-                        align_state(pool, engine, sale, id, repair, false, report).await?;
-                    }
+            // reverse can disagree, and those are known.
+            Some(held) => {
+                for id in &held {
+                    align_state(pool, engine, sale, id, repair, false, report).await?;
                 }
             }
             None => {
@@ -715,7 +712,7 @@ async fn check_hold_states(
                     .into_iter()
                     .collect();
                     for (id, raw) in &pairs {
-                        let redis_paid = HoldRecord::parse(raw).is_some_and(|h| h.status == "paid");
+                        let redis_paid = paid_record(raw);
                         if redis_paid != pg_paid.contains(id) {
                             align_state(pool, engine, sale, id, repair, redis_paid, report).await?;
                         }
@@ -759,7 +756,7 @@ async fn align_state(
 /// their records in Redis, and how many holds Redis has as paid. When the
 /// ids Postgres has as paid include every hold Redis has as paid (as many of
 /// them are paid in Redis as Redis has paid holds), the only disagreements
-/// can be among those ids, whose `(id, record)` are returned. `None`: they
+/// can be among those ids: the ones Redis holds unpaid are returned. `None`: they
 /// do not account for them all (a hold paid in Redis alone — the crash
 /// between the saga's confirm and its commit — or a payment moving meanwhile,
 /// or more paid ids than one look takes): scan the shard.
@@ -772,7 +769,7 @@ async fn paid_holds_agree(
     pool: &PgPool,
     sale: &Sale,
     i: usize,
-) -> Result<Option<Vec<(String, String)>>, ReconcileError> {
+) -> Result<Option<Vec<String>>, ReconcileError> {
     let k = &sale.shards[i];
     let paid: Vec<String> = sqlx::query_scalar(
         "SELECT id FROM reservations WHERE sale_id = $1 AND shard = $2 AND status = 'paid'",
@@ -787,7 +784,7 @@ async fn paid_holds_agree(
     let mut conn = engine.conn.clone();
     let mut count = None;
     let mut paid_in_redis = 0i64;
-    let mut records = Vec::with_capacity(paid.len());
+    let mut held = Vec::new();
     // At least one call, for the count, when Postgres has none paid.
     let chunks: Vec<&[String]> = if paid.is_empty() {
         vec![&[]]
@@ -800,33 +797,25 @@ async fn paid_holds_agree(
         for id in ids {
             call.arg(id);
         }
-        let (n, recs): (i64, Vec<Option<String>>) = {
-            let reply: Vec<redis::Value> = call.invoke_async(&mut conn).await?;
-            let mut it = reply.into_iter();
-            let n = it
-                .next()
-                .map(redis::from_redis_value)
-                .transpose()
-                .map_err(redis::RedisError::from)?;
-            let recs = it
-                .map(redis::from_redis_value)
-                .collect::<Result<_, _>>()
-                .map_err(redis::RedisError::from)?;
-            (n.unwrap_or(-1), recs)
-        };
+        let (n, recs): (i64, Vec<Option<String>>) = call.invoke_async(&mut conn).await?;
         if *count.get_or_insert(n) != n {
             return Ok(None);
         }
         for (id, rec) in ids.iter().zip(recs) {
-            if let Some(raw) = rec {
-                if HoldRecord::parse(&raw).is_some_and(|h| h.status == "paid") {
-                    paid_in_redis += 1;
-                }
-                records.push((id.clone(), raw));
+            match rec.as_deref().map(paid_record) {
+                Some(true) => paid_in_redis += 1,
+                Some(false) => held.push(id.clone()),
+                // No hold record: a lost hold, the stock comparison's case.
+                None => {}
             }
         }
     }
-    Ok((count == Some(paid_in_redis)).then_some(records))
+    Ok((count == Some(paid_in_redis)).then_some(held))
+}
+
+/// Whether a hold record (JSON, `lua/_lib.lua`) says the hold is paid.
+fn paid_record(raw: &str) -> bool {
+    HoldRecord::parse(raw).is_some_and(|h| h.status == "paid")
 }
 
 /// More reservations paid on one shard than this and the reconciler scans
