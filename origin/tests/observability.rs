@@ -93,3 +93,52 @@ async fn request_ids_reach_the_log_and_metrics_live_on_the_admin_listener() {
     assert_eq!(health.status(), 200);
     app.stop().await;
 }
+
+/// Sends `n` `GET /healthz` over 16 keep-alive connections.
+async fn healthz_requests(client: &reqwest::Client, addr: &str, n: usize) {
+    use futures::StreamExt;
+    let url = format!("{addr}/healthz");
+    futures::stream::iter(0..n)
+        .map(|_| client.get(&url).send())
+        .buffer_unordered(16)
+        .for_each(|r| async move {
+            assert_eq!(r.expect("answered").status(), 200);
+        })
+        .await;
+}
+
+/// Every request records its latency in a histogram. The recorder keeps
+/// the samples until they are folded into the buckets; that must happen on
+/// a clock, not only when something scrapes `/metrics`, or an origin that
+/// nobody scrapes (a shop without Prometheus, `scripts/dev`) grows by every
+/// request it answers. Seen on main: about 24 bytes of resident memory per
+/// request, for good (`origin serve`, 1.8 M requests to `/healthz`: 20 → 60 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_samples_do_not_pile_up_when_nobody_scrapes() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let origin =
+        OriginProcess::start(bin(), &app, &[("RUST_LOG", "warn,origin::startup=info")]).await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(16)
+        .build()
+        .unwrap();
+    // Warm up: the allocator's pools, the connections, the first upkeep.
+    healthz_requests(&client, &origin.addr, 20_000).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let before = origin.rss_kb().expect("the origin's memory");
+    let n = 150_000;
+    healthz_requests(&client, &origin.addr, n).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let after = origin.rss_kb().expect("the origin's memory");
+    // Kept samples: 4 MB here on main (debug build); folded, the pools stay as they were.
+    let grown = after.saturating_sub(before);
+    assert!(
+        grown < 900,
+        "resident memory grew {grown} kB over {n} requests ({before} → {after} kB)"
+    );
+    app.stop().await;
+}

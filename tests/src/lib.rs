@@ -1260,6 +1260,20 @@ impl OriginProcess {
         }
     }
 
+    /// The process's resident memory (kB, `VmRSS` in `/proc`); `None` once
+    /// it has exited or off Linux.
+    pub fn rss_kb(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// What the process logged so far (stderr).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
