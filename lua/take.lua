@@ -41,8 +41,7 @@ if not stock then
 end
 if stock >= 1 then
   local q = math.min(stock, qty)
-  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[3]), shard, tonumber(ARGV[6]), ARGV[7],
-    ARGV[10], qty)
+  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7], ARGV[10], qty)
   redis.call('SET', KEYS[8], 'H', 'EX', ARGV[8])
   return {1, id, shard, exp, q}
 end

@@ -838,6 +838,21 @@ struct StreamHold {
 impl StreamHold {
     fn parse(e: &redis::streams::StreamId, shard: usize) -> Option<Self> {
         let int = |f: &str| e.get::<String>(f).and_then(|v| v.parse::<i64>().ok());
+        // A hold record carries the hold record itself (`lua/_lib.lua`
+        // `grant_hold`); older ones, and release records, their fields.
+        if let Some(rec) = e.get::<String>("rec") {
+            let h = HoldRecord::parse(&rec)?;
+            return Some(StreamHold {
+                id: e.get("id")?,
+                shard,
+                home: h.home,
+                idem: h.idem.filter(|k| !k.is_empty())?,
+                qty: h.qty,
+                requested: h.requested.unwrap_or(h.qty),
+                expires_ms: i64::try_from(h.expires_ms).ok()?,
+                created_ms: i64::try_from(h.created_ms).ok()?,
+            });
+        }
         let created = match e.get::<String>("t")?.as_str() {
             "hold" => int("at")?,
             "release" => int("created")?,
@@ -1149,5 +1164,63 @@ pub async fn run(
                 tracing::warn!(sale = %sale.config.id, error = %e, "reconcile failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StreamHold;
+    use redis::Value;
+    use redis::streams::StreamId;
+
+    fn entry(kv: &[(&str, &str)]) -> StreamId {
+        StreamId {
+            id: "1-0".into(),
+            map: kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), Value::BulkString(v.as_bytes().to_vec())))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A rebuild finds an unsettled hold's Idempotency-Key in its stream
+    /// record, whichever layout wrote it (`lua/_lib.lua` `grant_hold` writes
+    /// the hold record as `rec`; older origins and `lua/restore.lua` wrote
+    /// its fields).
+    #[test]
+    fn an_unsettled_hold_reads_the_same_from_its_rec_as_from_its_fields() {
+        let rec = r#"{"a":"al","q":2,"e":1700000060000,"h":1,"c":1700000000000,"s":"held","k":"abc","r":3}"#;
+        let new = entry(&[("t", "hold"), ("id", "s.1.x"), ("sale", "s"), ("rec", rec)]);
+        let old = entry(&[
+            ("t", "hold"),
+            ("id", "s.1.x"),
+            ("sale", "s"),
+            ("acct", "al"),
+            ("qty", "2"),
+            ("shard", "2"),
+            ("home", "1"),
+            ("exp", "1700000060000"),
+            ("at", "1700000000000"),
+            ("idem", "abc"),
+            ("rq", "3"),
+        ]);
+        for e in [&new, &old] {
+            let h = StreamHold::parse(e, 2).expect("an unsettled hold");
+            assert_eq!(
+                (h.id.as_str(), h.shard, h.home, h.idem.as_str()),
+                ("s.1.x", 2, 1, "abc")
+            );
+            assert_eq!(
+                (h.qty, h.requested, h.expires_ms, h.created_ms),
+                (2, 3, 1_700_000_060_000, 1_700_000_000_000)
+            );
+        }
+        let no_key = entry(&[
+            ("t", "hold"),
+            ("id", "s.1.y"),
+            ("rec", r#"{"a":"al","q":1,"e":1,"h":1,"c":1,"s":"held"}"#),
+        ]);
+        assert!(StreamHold::parse(&no_key, 2).is_none(), "no key to restore");
     }
 }

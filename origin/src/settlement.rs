@@ -54,7 +54,7 @@ use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::ack::{AckError, Acker, Fact};
-use crate::reservations::Engine;
+use crate::reservations::{Engine, HoldRecord};
 use crate::sales::{Sale, SaleRegistry};
 use crate::store::ShardKeys;
 
@@ -172,6 +172,26 @@ impl HoldRow {
             expires_at: ms_time(e.get("exp"))?,
             idem: e.get("idem").filter(|k| !k.is_empty()).map(str::to_owned),
             requested: e.get("rq").and_then(|q| q.parse().ok()).filter(|q| *q > 0),
+        })
+    }
+
+    /// A hold record's `rec` field: the hold as the shard's holds hash
+    /// keeps it ([`HoldRecord`]), granted on `shard`, the stream's own.
+    fn from_record(raw: &str, shard: usize) -> Option<Self> {
+        let h = HoldRecord::parse(raw)?;
+        let ms = |t: u64| DateTime::<Utc>::from_timestamp_millis(i64::try_from(t).ok()?);
+        Some(HoldRow {
+            account: h.account,
+            qty: i32::try_from(h.qty).ok().filter(|q| *q > 0)?,
+            shard: i32::try_from(shard).ok()?,
+            home: i32::try_from(h.home).ok()?,
+            created_at: ms(h.created_ms)?,
+            expires_at: ms(h.expires_ms)?,
+            idem: h.idem.filter(|k| !k.is_empty()),
+            requested: h
+                .requested
+                .and_then(|q| i32::try_from(q).ok())
+                .filter(|q| *q > 0),
         })
     }
 }
@@ -325,16 +345,25 @@ fn bytes(v: Value) -> Option<Vec<u8>> {
     }
 }
 
-/// Parses a stream entry; `None` means malformed (dead-letter it).
-pub fn parse(e: &Entry, sale: &str) -> Option<Record> {
+/// Parses an entry of the stream of `sale`'s shard `shard`; `None` means
+/// malformed (dead-letter it).
+///
+/// A hold record carries the hold record itself (`rec`, `lua/_lib.lua`
+/// `grant_hold`); one written field by field (by an origin before that
+/// change, or by `lua/restore.lua`) still parses.
+pub fn parse(e: &Entry, sale: &str, shard: usize) -> Option<Record> {
     match e.get("t")? {
         "hold" => {
             if e.get("sale")? != sale {
                 return None;
             }
+            let row = match e.get("rec") {
+                Some(rec) => HoldRow::from_record(rec, shard)?,
+                None => HoldRow::parse(e, "at")?,
+            };
             Some(Record::Hold {
                 id: e.get("id")?.to_owned(),
-                row: HoldRow::parse(e, "at")?,
+                row,
             })
         }
         "release" => {
@@ -538,7 +567,7 @@ impl Settler {
         let mut malformed = Vec::new();
         let mut facts = Vec::new();
         for e in &entries {
-            match parse(e, sale_id) {
+            match parse(e, sale_id, shard) {
                 Some(r) => {
                     let (Record::Hold { id, .. } | Record::Release { id, .. }) = &r;
                     facts.push(Fact::entry(keys, &e.id, id));
@@ -1047,7 +1076,10 @@ mod tests {
         ])]);
         let got = Entry::from_read_reply(reply).unwrap();
         assert_eq!((got[0].id.as_str(), got[0].fields.len()), ("3-0", 0));
-        assert!(super::parse(&got[0], "sale").is_none(), "malformed: parked");
+        assert!(
+            super::parse(&got[0], "sale", 0).is_none(),
+            "malformed: parked"
+        );
     }
 
     #[test]
@@ -1071,6 +1103,62 @@ mod tests {
         assert_eq!(Entry::from_read_reply(odd_fields), None);
         assert_eq!(Entry::from_read_reply(Value::Int(1)), None);
         assert_eq!(Entry::from_read_reply(Value::Array(vec![bulk(b"s")])), None);
+    }
+
+    fn fields(kv: &[(&str, &str)]) -> Entry {
+        Entry {
+            id: "1-0".into(),
+            fields: kv
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_hold_record_reads_the_same_from_its_rec_as_from_its_fields() {
+        let rec = r#"{"a":"al\"ice","q":2,"e":1700000060000,"h":1,"c":1700000000000,"s":"held","k":"abc","r":3}"#;
+        let new = fields(&[("t", "hold"), ("id", "s.1.x"), ("sale", "s"), ("rec", rec)]);
+        let old = fields(&[
+            ("t", "hold"),
+            ("id", "s.1.x"),
+            ("sale", "s"),
+            ("acct", "al\"ice"),
+            ("qty", "2"),
+            ("shard", "2"),
+            ("home", "1"),
+            ("exp", "1700000060000"),
+            ("at", "1700000000000"),
+            ("idem", "abc"),
+            ("rq", "3"),
+        ]);
+        let got = super::parse(&new, "s", 2).expect("a hold");
+        assert_eq!(Some(&got), super::parse(&old, "s", 2).as_ref());
+        let super::Record::Hold { id, row } = got else {
+            panic!("a hold")
+        };
+        assert_eq!(
+            (
+                id.as_str(),
+                row.account.as_str(),
+                row.qty,
+                row.shard,
+                row.home
+            ),
+            ("s.1.x", "al\"ice", 2, 2, 1),
+            "the shard is the stream's"
+        );
+        assert_eq!(row.expires_at.timestamp_millis(), 1_700_000_060_000);
+        assert_eq!((row.idem.as_deref(), row.requested), (Some("abc"), Some(3)));
+        assert!(super::parse(&new, "other", 2).is_none(), "another sale's");
+        for bad in [
+            "not json",
+            r#"{"a":"x","q":0,"e":1,"h":0,"c":1,"s":"held"}"#,
+            r#"{"a":"x","q":1,"h":0,"c":1,"s":"held"}"#,
+        ] {
+            let e = fields(&[("t", "hold"), ("id", "s.0.x"), ("sale", "s"), ("rec", bad)]);
+            assert!(super::parse(&e, "s", 0).is_none(), "malformed: {bad}");
+        }
     }
 
     #[test]
