@@ -328,7 +328,11 @@ async fn the_acknowledger_confirms_only_what_the_primary_shows() {
         &primary.port.to_string(),
     ]);
     let target = RedisTarget::Single(primary.url());
-    let acker = Acker::start(target.clone(), Duration::from_millis(500), 2);
+    // The timeout bounds how long a round waits for the replica's WAIT;
+    // this test is about what the primary shows, not about time. With 500 ms
+    // the round below once timed out (NotReplicated for all five) while the
+    // other tests of this file started their servers (2026-12-04).
+    let acker = Acker::start(target.clone(), Duration::from_secs(5), 2);
     let keys = origin::store::ShardKeys::new("ackt", "ackt/s/0");
     let mut conn = origin::store::connect(&target).await.unwrap();
     let _: () = conn
