@@ -1170,6 +1170,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::StreamHold;
+    use crate::settlement::fixtures::{HOLD_AS_FIELDS, HOLD_AS_REC};
     use redis::Value;
     use redis::streams::StreamId;
 
@@ -1190,21 +1191,8 @@ mod tests {
     /// its fields).
     #[test]
     fn an_unsettled_hold_reads_the_same_from_its_rec_as_from_its_fields() {
-        let rec = r#"{"a":"al","q":2,"e":1700000060000,"h":1,"c":1700000000000,"s":"held","k":"abc","r":3}"#;
-        let new = entry(&[("t", "hold"), ("id", "s.1.x"), ("sale", "s"), ("rec", rec)]);
-        let old = entry(&[
-            ("t", "hold"),
-            ("id", "s.1.x"),
-            ("sale", "s"),
-            ("acct", "al"),
-            ("qty", "2"),
-            ("shard", "2"),
-            ("home", "1"),
-            ("exp", "1700000060000"),
-            ("at", "1700000000000"),
-            ("idem", "abc"),
-            ("rq", "3"),
-        ]);
+        let new = entry(HOLD_AS_REC);
+        let old = entry(HOLD_AS_FIELDS);
         for e in [&new, &old] {
             let h = StreamHold::parse(e, 2).expect("an unsettled hold");
             assert_eq!(

@@ -1015,9 +1015,33 @@ pub async fn lag(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64> {
     Ok(n)
 }
 
+/// One hold's stream entry in both layouts (shard 2 of sale `s`), for the
+/// tests of every reader of the stream.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    const REC: &str = r#"{"a":"al\"ice","q":2,"e":1700000060000,"h":1,"c":1700000000000,"s":"held","k":"abc","r":3}"#;
+    /// As `lua/_lib.lua` `grant_hold` writes it.
+    pub(crate) const HOLD_AS_REC: &[(&str, &str)] =
+        &[("t", "hold"), ("id", "s.1.x"), ("sale", "s"), ("rec", REC)];
+    /// As older origins (and `lua/restore.lua`) wrote it.
+    pub(crate) const HOLD_AS_FIELDS: &[(&str, &str)] = &[
+        ("t", "hold"),
+        ("id", "s.1.x"),
+        ("sale", "s"),
+        ("acct", "al\"ice"),
+        ("qty", "2"),
+        ("shard", "2"),
+        ("home", "1"),
+        ("exp", "1700000060000"),
+        ("at", "1700000000000"),
+        ("idem", "abc"),
+        ("rq", "3"),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Entry, stream_id};
+    use super::{Entry, fixtures, stream_id};
     use redis::Value;
 
     fn bulk(s: &[u8]) -> Value {
@@ -1117,21 +1141,8 @@ mod tests {
 
     #[test]
     fn a_hold_record_reads_the_same_from_its_rec_as_from_its_fields() {
-        let rec = r#"{"a":"al\"ice","q":2,"e":1700000060000,"h":1,"c":1700000000000,"s":"held","k":"abc","r":3}"#;
-        let new = fields(&[("t", "hold"), ("id", "s.1.x"), ("sale", "s"), ("rec", rec)]);
-        let old = fields(&[
-            ("t", "hold"),
-            ("id", "s.1.x"),
-            ("sale", "s"),
-            ("acct", "al\"ice"),
-            ("qty", "2"),
-            ("shard", "2"),
-            ("home", "1"),
-            ("exp", "1700000060000"),
-            ("at", "1700000000000"),
-            ("idem", "abc"),
-            ("rq", "3"),
-        ]);
+        let new = fields(fixtures::HOLD_AS_REC);
+        let old = fields(fixtures::HOLD_AS_FIELDS);
         let got = super::parse(&new, "s", 2).expect("a hold");
         assert_eq!(Some(&got), super::parse(&old, "s", 2).as_ref());
         let super::Record::Hold { id, row } = got else {
