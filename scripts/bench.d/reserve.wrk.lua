@@ -13,6 +13,14 @@
 -- body into Lua, and wrk shares the 2 cores with the origin (its CPU at
 -- the peak: 30 % of a core with one, 27 % without, pidstat); wrk counts
 -- non-2xx answers itself, and scripts/bench checks every answer made a hold.
+--
+-- Each request is built from parts made once in init(): wrk.format per
+-- request (a headers table, five string.formats and a concat in LuaJIT)
+-- cost wrk ~15 µs of CPU per request at the peak, against ~12 µs for one
+-- concatenation of a prebuilt head, the counter and a fixed tail (pidstat of
+-- wrk over three alternating pairs of 8 s peak runs, 2026-12-04). The bytes
+-- sent are the same request: method, path, Host, Content-Type,
+-- Content-Length, Authorization, Idempotency-Key, body.
 local threads = {}
 local next_id = 0
 
@@ -23,24 +31,24 @@ function setup(thread)
 end
 
 function init(args)
-  tokens = {}
-  for line in io.lines(os.getenv("BENCH_TOKENS")) do
-    tokens[#tokens + 1] = line
-  end
   local f = assert(io.open("/dev/urandom", "rb"))
   local bytes = f:read(8)
   f:close()
   local hex = bytes:gsub(".", function(c) return string.format("%02x", c:byte()) end)
-  prefix = os.getenv("BENCH_RUN") .. "-" .. hex .. "-" .. tid .. "-"
+  local prefix = os.getenv("BENCH_RUN") .. "-" .. hex .. "-" .. tid .. "-"
+  -- wrk.init (run before this) has set the Host header to host:port.
+  local head = "POST " .. wrk.path .. " HTTP/1.1\r\nHost: " .. wrk.headers["Host"]
+    .. "\r\nContent-Type: application/json\r\nContent-Length: 9\r\nAuthorization: Bearer "
+  heads = {}
+  for line in io.lines(os.getenv("BENCH_TOKENS")) do
+    heads[#heads + 1] = head .. line .. "\r\nIdempotency-Key: " .. prefix
+  end
   counter = 0
 end
 
+local tail = "\r\n\r\n{\"qty\":1}"
+
 function request()
   counter = counter + 1
-  local t = tokens[(counter % #tokens) + 1]
-  return wrk.format("POST", nil, {
-    ["Authorization"] = "Bearer " .. t,
-    ["Idempotency-Key"] = prefix .. counter,
-    ["Content-Type"] = "application/json",
-  }, '{"qty":1}')
+  return heads[(counter % #heads) + 1] .. counter .. tail
 end
