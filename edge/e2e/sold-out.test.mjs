@@ -3,6 +3,8 @@
 // origin's reservation counter does not move; waiting people are told
 // `sold_out`; when a unit comes back selling resumes; when the origin
 // stalls, browse answers are served stale and people keep their place.
+// A replayed Idempotency-Key is not a new attempt: after the last unit it
+// still gets its first answer (the hold), as DESIGN's Idempotency says.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -37,11 +39,12 @@ test('the last units sell through the edge; the next attempt is refused with 410
     p.admit = a.admission_token;
   }
   for (const p of people.slice(0, UNITS)) {
+    const key = `idem-${rid()}`;
     const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
-      token: p.admit, body: { qty: 1 }, headers: { 'idempotency-key': `idem-${rid()}` },
+      token: p.admit, body: { qty: 1 }, headers: { 'idempotency-key': key },
     });
     assert.equal(r.status, 202, JSON.stringify(r.body));
-    holds.push({ p, id: r.body.reservation_id });
+    holds.push({ p, id: r.body.reservation_id, key });
   }
   const last = people[UNITS];
   const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
@@ -66,6 +69,31 @@ test('1,000 reservation attempts after the last unit get 410 from the edge; the 
   const after = await reservationRequests();
   assert.equal(after, before, `origin saw ${after - before} reservation requests`);
   assert.ok(before > 0, 'the counter is live (it counted the sales above)');
+});
+
+test('after the last unit, a replayed Idempotency-Key gets its first answer, not 410', async () => {
+  // A buyer whose 202 was lost on the way retries with the same key: the
+  // hold is theirs, and a 410 would send them away from a unit they hold
+  // until it expires unpaid.
+  for (const { p, id, key } of holds) {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: p.admit, body: { qty: 1 }, headers: { 'idempotency-key': key },
+    });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    assert.equal(r.body.reservation_id, id);
+    assert.equal(r.headers.get('idempotent-replayed'), 'true');
+    assert.equal(r.headers.get('x-edge-sold-out'), null);
+  }
+  // A key nobody held stays an edge 410, and a held key of another
+  // account is that account's, not the caller's.
+  const last = people[UNITS];
+  for (const key of [`idem-${rid()}`, holds[0].key]) {
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/reservations`, {
+      token: last.admit, body: { qty: 1 }, headers: { 'idempotency-key': key },
+    });
+    assert.equal(r.status, 410, JSON.stringify(r.body));
+    assert.equal(r.headers.get('x-edge-sold-out'), '1');
+  }
 });
 
 test('people in the queue are told sold_out at once', async () => {

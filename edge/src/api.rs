@@ -218,6 +218,29 @@ pub fn gone_means_sold_out(body: &[u8]) -> bool {
         .is_some_and(|v| v["error"]["code"].as_str() == Some("sold_out"))
 }
 
+/// The name under which the edge remembers that `account` was granted a
+/// hold of `sale` for Idempotency-Key `key` (an origin `202` it passed on).
+///
+/// Once the edge knows a sale is sold out it answers reservations itself
+/// (DESIGN invariant 7), but a replayed key is not a new attempt: it must get
+/// its first answer (DESIGN, Idempotency). A buyer whose `202` was lost on
+/// the way retries with the same key, and a `410` would send them away from
+/// a unit they hold. A remembered key therefore still reaches the origin,
+/// which answers the replay. `None` without a key (the origin refuses such a
+/// request anyway). The name is a hash: the key is the client's text, and
+/// the name goes into a cache URL; the parts are length-prefixed so no two
+/// (sale, account, key) triples share a name.
+pub fn held_key_name(sale: &str, account: &str, key: Option<&str>) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let key = key.filter(|k| !k.is_empty())?;
+    let mut h = Sha256::new();
+    for part in [sale, account, key] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    Some(hex::encode(h.finalize()))
+}
+
 /// The bearer token of an `Authorization` header value, if any.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let h = header?.trim();
@@ -343,6 +366,27 @@ mod tests {
         assert_eq!(bearer(Some("Basic abc")), None);
         assert_eq!(bearer(Some("Bearer ")), None);
         assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn a_held_key_is_named_by_sale_account_and_key_alone() {
+        let n = held_key_name("s", "acct", Some("k1")).unwrap();
+        assert_eq!(n.len(), 64);
+        assert!(n.bytes().all(|b| b.is_ascii_hexdigit()), "URL-safe: {n}");
+        assert_eq!(held_key_name("s", "acct", Some("k1")).as_ref(), Some(&n));
+        // Another sale, account or key is another name; so is a shift of
+        // text between the parts.
+        for other in [
+            held_key_name("t", "acct", Some("k1")),
+            held_key_name("s", "acct2", Some("k1")),
+            held_key_name("s", "acct", Some("k2")),
+            held_key_name("sa", "cct", Some("k1")),
+            held_key_name("s", "acctk", Some("1")),
+        ] {
+            assert_ne!(other.as_ref(), Some(&n));
+        }
+        assert_eq!(held_key_name("s", "acct", None), None);
+        assert_eq!(held_key_name("s", "acct", Some("")), None);
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! - once the edge knows a sale is sold out (an origin `410 sold_out`, no
 //!   other 410; the summary; or the queue coordinator) reservations get 410 here without an origin
 //!   request; the flag lives 3 s and is then rechecked against the summary,
-//!   never by sending a reservation;
+//!   never by sending a reservation. The one exception is a replay: an
+//!   Idempotency-Key this edge passed a `202` for (remembered in isolate
+//!   memory and the Cache API, [`api::held_key_name`]) still reaches the
+//!   origin, which answers it with its first answer;
 //! - isolate memory is only ever a cache (a panic or eviction wipes it);
 //! - every answer is JSON with the documented error shape; no input panics;
 //! - misconfigured (key rings missing, malformed or sharing a secret) the
@@ -43,6 +46,10 @@ pub(crate) const SUMMARY_TIMEOUT_MS: u32 = 2_000;
 /// Bound on per-sale entries kept in isolate memory.
 const MAX_CACHED_SALES: usize = 1_024;
 const CACHE_HOST: &str = "https://edge-cache.flashsale.internal";
+/// How long a held key is remembered: well past any hold (an hour is the
+/// longest a sale's holds last in practice); after its hold is gone the
+/// origin answers a replay `410 reservation_released` itself.
+const HELD_KEY_TTL_S: u32 = 3_600;
 
 type ApiResult<T> = std::result::Result<T, ApiError>;
 
@@ -53,6 +60,9 @@ thread_local! {
     static RINGS_APART: RefCell<Option<(Rc<KeyRing>, Rc<KeyRing>)>> = const { RefCell::new(None) };
     static SOLD_OUT: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     static STALE_SUMMARY: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
+    /// Keys that got a hold through this isolate ([`api::held_key_name`]),
+    /// with when: a replay of one after sell-out still reaches the origin.
+    static HELD_KEYS: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     /// Reservations one account may send to the origin: 10 per 10 s.
     static RESERVE_LIMIT: RefCell<Limiter> = RefCell::new(Limiter::new(10, 10_000, 100_000));
 }
@@ -475,6 +485,30 @@ async fn set_sold_out(sale: &str) {
     cache_put_json(&cache_key("sold-out", sale), 200, "{\"sold_out\":true}", 3).await;
 }
 
+/// Remembers that a key got a hold ([`api::held_key_name`]), in isolate
+/// memory and in the Cache API (the other isolates of this location).
+async fn remember_held_key(name: &str) {
+    HELD_KEYS.with(|m| bounded_insert(&mut m.borrow_mut(), name.to_string(), now_ms()));
+    cache_put_json(&cache_key("held-key", name), 200, "{}", HELD_KEY_TTL_S).await;
+}
+
+/// Whether a key got a hold through this edge location.
+async fn held_key_known(name: &str) -> bool {
+    let now = now_ms();
+    let local = HELD_KEYS.with(|m| {
+        m.borrow()
+            .get(name)
+            .is_some_and(|at| now.saturating_sub(*at) < u64::from(HELD_KEY_TTL_S) * 1000)
+    });
+    local
+        || matches!(
+            Cache::default()
+                .get(cache_key("held-key", name).as_str(), false)
+                .await,
+            Ok(Some(_))
+        )
+}
+
 /// Whether the edge knows the sale is sold out; rechecks an old flag
 /// against the (cached) summary, never with a reservation.
 async fn sold_out_known(env: &Env, sale: &str) -> bool {
@@ -567,7 +601,7 @@ async fn forward(env: &Env, mut req: Request, method: Method, path: &str) -> Api
         "content-type",
         "location",
         "retry-after",
-        "idempotency-replayed",
+        "idempotent-replayed",
     ] {
         if let Ok(Some(v)) = resp.headers().get(name) {
             h.set(name, &v).map_err(internal)?;
@@ -594,10 +628,18 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
             now_ms() / 1000,
         )
         .map_err(ApiError::token)?;
+    let idem = req.headers().get("idempotency-key").ok().flatten();
+    let held = api::held_key_name(sale, &claims.sub, idem.as_deref());
     if sold_out_known(env, sale).await {
-        let mut r = error_response(&ApiError::sold_out()).map_err(internal)?;
-        let _ = r.headers_mut().set("x-edge-sold-out", "1");
-        return Ok(r);
+        let replay = match &held {
+            Some(name) => held_key_known(name).await,
+            None => false,
+        };
+        if !replay {
+            let mut r = error_response(&ApiError::sold_out()).map_err(internal)?;
+            let _ = r.headers_mut().set("x-edge-sold-out", "1");
+            return Ok(r);
+        }
     }
     let key = format!("{sale}/{}", claims.sub);
     if let Err(wait_ms) = RESERVE_LIMIT.with(|l| l.borrow_mut().check(&key, now_ms())) {
@@ -619,6 +661,9 @@ async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
     if resp.status_code() == 202 {
         // A person with a live hold never loses the turn (issue 13 #4).
         waiting::tell_held(env, sale, &claims.sub).await;
+        if let Some(name) = &held {
+            remember_held_key(name).await;
+        }
     }
     if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
