@@ -569,8 +569,12 @@ impl Settler {
         for e in &entries {
             match parse(e, sale_id, shard) {
                 Some(r) => {
-                    let (Record::Hold { id, .. } | Record::Release { id, .. }) = &r;
-                    facts.push(Fact::entry(keys, &e.id, id));
+                    // Only an acknowledger (REDIS_ACK=wait) reads facts: each
+                    // is five strings per entry, made for nothing otherwise.
+                    if self.acker.is_some() {
+                        let (Record::Hold { id, .. } | Record::Release { id, .. }) = &r;
+                        facts.push(Fact::entry(keys, &e.id, id));
+                    }
                     match r {
                         Record::Hold { .. } => holds.push(r),
                         Record::Release { .. } => releases.push(r),
