@@ -470,13 +470,20 @@ pub(crate) fn set_sold_out_local(sale: &str) {
     SOLD_OUT.with(|m| bounded_insert(&mut m.borrow_mut(), sale.to_string(), now));
 }
 
-pub(crate) fn sold_out_local(sale: &str) -> bool {
+/// Whether `map` has `key` stamped (ms) less than `ttl_ms` ago.
+fn stamped_within(map: &HashMap<String, u64>, key: &str, ttl_ms: u64) -> bool {
     let now = now_ms();
-    SOLD_OUT.with(|m| {
-        m.borrow()
-            .get(sale)
-            .is_some_and(|at| now.saturating_sub(*at) < SOLD_OUT_RECHECK_MS)
-    })
+    map.get(key)
+        .is_some_and(|at| now.saturating_sub(*at) < ttl_ms)
+}
+
+/// Whether the Cache API holds an answer under `key`.
+async fn cached(key: &str) -> bool {
+    matches!(Cache::default().get(key, false).await, Ok(Some(_)))
+}
+
+pub(crate) fn sold_out_local(sale: &str) -> bool {
+    SOLD_OUT.with(|m| stamped_within(&m.borrow(), sale, SOLD_OUT_RECHECK_MS))
 }
 
 /// Records the flag in isolate memory and the Cache API (other isolates).
@@ -494,19 +501,9 @@ async fn remember_held_key(name: &str) {
 
 /// Whether a key got a hold through this edge location.
 async fn held_key_known(name: &str) -> bool {
-    let now = now_ms();
-    let local = HELD_KEYS.with(|m| {
-        m.borrow()
-            .get(name)
-            .is_some_and(|at| now.saturating_sub(*at) < u64::from(HELD_KEY_TTL_S) * 1000)
-    });
-    local
-        || matches!(
-            Cache::default()
-                .get(cache_key("held-key", name).as_str(), false)
-                .await,
-            Ok(Some(_))
-        )
+    let ttl_ms = u64::from(HELD_KEY_TTL_S) * 1000;
+    HELD_KEYS.with(|m| stamped_within(&m.borrow(), name, ttl_ms))
+        || cached(&cache_key("held-key", name)).await
 }
 
 /// Whether the edge knows the sale is sold out; rechecks an old flag
@@ -515,8 +512,7 @@ async fn sold_out_known(env: &Env, sale: &str) -> bool {
     if sold_out_local(sale) {
         return true;
     }
-    let key = cache_key("sold-out", sale);
-    if let Ok(Some(_)) = Cache::default().get(key.as_str(), false).await {
+    if cached(&cache_key("sold-out", sale)).await {
         set_sold_out_local(sale);
         return true;
     }

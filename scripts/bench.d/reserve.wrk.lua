@@ -23,6 +23,7 @@
 -- Content-Length, Authorization, Idempotency-Key, body.
 local threads = {}
 local next_id = 0
+local body = '{"qty":1}'
 
 function setup(thread)
   thread:set("tid", next_id)
@@ -38,7 +39,8 @@ function init(args)
   local prefix = os.getenv("BENCH_RUN") .. "-" .. hex .. "-" .. tid .. "-"
   -- wrk.init (run before this) has set the Host header to host:port.
   local head = "POST " .. wrk.path .. " HTTP/1.1\r\nHost: " .. wrk.headers["Host"]
-    .. "\r\nContent-Type: application/json\r\nContent-Length: 9\r\nAuthorization: Bearer "
+    .. "\r\nContent-Type: application/json\r\nContent-Length: " .. #body
+    .. "\r\nAuthorization: Bearer "
   heads = {}
   for line in io.lines(os.getenv("BENCH_TOKENS")) do
     heads[#heads + 1] = head .. line .. "\r\nIdempotency-Key: " .. prefix
@@ -46,7 +48,7 @@ function init(args)
   counter = 0
 end
 
-local tail = "\r\n\r\n{\"qty\":1}"
+local tail = "\r\n\r\n" .. body
 
 function request()
   counter = counter + 1
