@@ -281,33 +281,36 @@ async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_
         "127.0.0.1",
         &primary.port.to_string(),
     ]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, body, headers) = reserve("k1").await;
-        if status == 202 {
-            // The first request's hold, acknowledged now: no second one.
-            assert_eq!(body["reservation_id"], first.as_str(), "{body}");
-            assert_eq!(headers["idempotent-replayed"], "true");
-            break;
+    // Retries `key` as a client told 503 does, until a replica has
+    // acknowledged it (10 s at most; until then every answer is 503
+    // not_replicated); returns the 202's body and headers.
+    let acknowledged = |key: &'static str| {
+        let reserve = &reserve;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let (status, body, headers) = reserve(key).await;
+                if status == 202 {
+                    return (body, headers);
+                }
+                assert_eq!(body["error"]["code"], "not_replicated", "{body}");
+                assert!(
+                    Instant::now() < deadline,
+                    "replica never acknowledged {key}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        assert!(Instant::now() < deadline, "replica never acknowledged");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    let (body, headers) = acknowledged("k1").await;
+    // The first request's hold, acknowledged now: no second one.
+    assert_eq!(body["reservation_id"], first.as_str(), "{body}");
+    assert_eq!(headers["idempotent-replayed"], "true");
     assert_eq!(app.redis_hold_ids("nr").await.len(), 1);
     // A new key with the replica attached. Its WAIT has 50 ms, which a
-    // replica on a loaded machine can miss (seen once in CI): then the
-    // answer is 503 and the client retries the key, as the 503 tells it.
-    // However often it retries, the key makes one hold.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, body, _) = reserve("k2").await;
-        if status == 202 {
-            break;
-        }
-        assert_eq!(body["error"]["code"], "not_replicated", "{body}");
-        assert!(Instant::now() < deadline, "replica never acknowledged k2");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // replica on a loaded machine can miss (seen once in CI): then it is
+    // retried like k1. However often it is retried, the key makes one hold.
+    acknowledged("k2").await;
     assert_eq!(app.redis_hold_ids("nr").await.len(), 2);
 
     // A cancel is acknowledged the same way: without a replica, 503.
