@@ -3,7 +3,9 @@
 //! unique Redis key prefix, so tests run in parallel against the shared
 //! local servers without seeing each other. Tests that need a Redis of their
 //! own (restart, cluster) start `redis-server` on free loopback ports with
-//! [`RedisServer`] / [`RedisCluster`]. `TEST_LOG=1` shows the origin's logs.
+//! [`RedisServer`] / [`RedisCluster`]. `TEST_LOG=1` shows the origin's logs;
+//! `TEST_REDIS_LOGS=<dir>` keeps the logs of the Redis servers and sentinels
+//! tests start (`redis-<port>.log`, `sentinel-<port>.log`).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -73,6 +75,14 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free loopback port")
+}
+
+/// `TEST_REDIS_LOGS`: where test-owned Redis servers and sentinels log
+/// (unset: nowhere).
+fn redis_log_dir() -> Option<String> {
+    std::env::var("TEST_REDIS_LOGS")
+        .ok()
+        .filter(|d| !d.is_empty())
 }
 
 /// A free loopback port for a Redis Cluster node, whose cluster bus listens
@@ -254,7 +264,7 @@ impl TestApp {
         let handle = tokio::spawn(async move {
             app.run_until_stopped(s).await.expect("origin runs");
         });
-        TestApp {
+        let app = TestApp {
             addr: format!("http://127.0.0.1:{port}"),
             port,
             prefix,
@@ -270,6 +280,33 @@ impl TestApp {
             state,
             stop,
             handle: Some(handle),
+        };
+        app.wait_until_serving().await;
+        app
+    }
+
+    /// Returns once the origin answers `/healthz`: `run_until_stopped`
+    /// starts the workers (their own Redis connections) before it serves,
+    /// so a test that breaks Redis right after `spawn` (a failover test
+    /// cutting the replicas off) would otherwise race the origin's start.
+    async fn wait_until_serving(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let answer = self
+                .client
+                .get(format!("{}/healthz", self.addr))
+                .send()
+                .await;
+            if answer.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            let ended = self.handle.as_ref().is_none_or(|h| h.is_finished());
+            assert!(!ended, "the origin stopped before it served");
+            assert!(
+                Instant::now() < deadline,
+                "the origin did not serve within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -630,6 +667,17 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
+            .args(
+                redis_log_dir()
+                    .map(|d| {
+                        [
+                            "--logfile".to_string(),
+                            format!("{d}/redis-{}.log", self.port),
+                        ]
+                    })
+                    .into_iter()
+                    .flatten(),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -765,7 +813,12 @@ pub struct SentinelServer {
 
 impl SentinelServer {
     /// Starts one watching `master` at `127.0.0.1:primary_port` with the
-    /// short timeouts the tests need (down after 1 s, failover timeout 4 s).
+    /// short timeouts the tests need (down after 2.5 s, failover timeout
+    /// 4 s). Down after 1 s was too short under the suite's parallel load:
+    /// a sentinel that had just switched to the promoted replica found it
+    /// silent for 1 s and failed over a second time (sentinel logs of a
+    /// failing run), leaving the new primary without a replica for longer
+    /// than the test waited.
     fn start(master: &str, primary_port: u16, quorum: usize) -> SentinelServer {
         for _ in 0..10 {
             let dir = tempfile::tempdir().unwrap();
@@ -776,10 +829,13 @@ impl SentinelServer {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {dir}\n\
                      sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n\
-                     sentinel down-after-milliseconds {master} 1000\n\
+                     sentinel down-after-milliseconds {master} 2500\n\
                      sentinel failover-timeout {master} 4000\n\
-                     sentinel parallel-syncs {master} 2\n",
-                    dir = dir.path().display()
+                     sentinel parallel-syncs {master} 2\n{log}",
+                    dir = dir.path().display(),
+                    log = redis_log_dir()
+                        .map(|d| format!("logfile {d}/sentinel-{port}.log\n"))
+                        .unwrap_or_default()
                 ),
             )
             .unwrap();
