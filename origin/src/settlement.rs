@@ -16,7 +16,10 @@
 //!   (`WHERE status IN (…)`), so a repeat is a no-op, and give `held` back.
 //!   A release whose hold Postgres has not seen yet (its batch failed and is
 //!   still pending) writes the row as released from the fields the release
-//!   record carries; the hold, when claimed, then changes nothing.
+//!   record carries; the hold, when claimed, then changes nothing;
+//! - every row names a sale Postgres has: the batch locks the sale's row
+//!   once (`lock_sale`, in place of a foreign key checked per row), and a
+//!   missing sale writes nothing.
 //!
 //! With `REDIS_ACK=wait` a batch is committed only once a replica has its
 //! entries (`crate::ack`: the barrier checks this primary's stream holds
@@ -111,6 +114,10 @@ pub enum SettleError {
     /// release freed. Nothing was written; the entries stay pending.
     #[error("earlier entries of the stream are not settled yet")]
     Overtaken,
+    /// The sale is not in Postgres (deleted under a running sale): nothing
+    /// was written, the entries stay pending for an operator.
+    #[error("sale {0} is not in Postgres; its entries stay pending")]
+    UnknownSale(String),
 }
 
 impl From<redis::RedisError> for SettleError {
@@ -607,6 +614,9 @@ impl Settler {
         }
 
         let mut tx = self.pool.begin().await?;
+        if !holds.is_empty() || !releases.is_empty() {
+            lock_sale(&mut tx, sale_id).await?;
+        }
         // Releases first. They only give units back, and the batch commits
         // as a whole, so this order can never take the sale over total; the
         // other order can refuse a hold whose unit a release in the same
@@ -989,6 +999,24 @@ async fn apply_releases(
         count += cols.ids.len();
     }
     Ok(count)
+}
+
+/// Every reservation row names a sale Postgres has: the batch locks the
+/// sale's row against deletion until it commits (`FOR KEY SHARE`, the lock a
+/// foreign key check takes per row; migration 0012 replaced that check,
+/// ~4 µs per settled hold, with this one per batch), and writes nothing if
+/// the sale is missing: its entries stay pending.
+async fn lock_sale(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sale: &str,
+) -> Result<(), SettleError> {
+    let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM sales WHERE id = $1 FOR KEY SHARE")
+        .bind(sale)
+        .fetch_optional(&mut **tx)
+        .await?;
+    found
+        .map(|_| ())
+        .ok_or_else(|| SettleError::UnknownSale(sale.to_string()))
 }
 
 /// The conditional inventory update: takes `n` units into `held` only if

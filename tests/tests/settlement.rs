@@ -1508,3 +1508,83 @@ async fn only_settled_entries_leave_the_stream() {
     assert_eq!(rows, 6, "each hold once");
     app.stop().await;
 }
+
+/// Every reservation row names a sale Postgres has. Migration 0012 checks it
+/// once per settlement batch (`lock_sale`) and on a sale's delete or rename
+/// (a trigger), in place of a foreign key checked per row. A sale deleted
+/// under its holds: the batch writes nothing and its entry stays pending. A
+/// sale with reservations: its delete and its rename are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reservation_row_names_a_sale_postgres_has() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    let pool = app.state.pool.clone();
+    app.create_sale(sale_spec("kept", 10, 2, 1)).await;
+    app.create_sale(sale_spec("gone", 10, 2, 1)).await;
+    hold_one_each(&app, "kept", ["k1".to_string()]).await;
+    hold_one_each(&app, "gone", ["g1".to_string()]).await;
+    let kept = app.state.sales.get("kept").await.unwrap().unwrap();
+    let gone = app.state.sales.get("gone").await.unwrap().unwrap();
+    let rows = |sale: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM reservations WHERE sale_id = $1")
+                .bind(sale)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+
+    // No reservation names "gone" yet, so it may leave Postgres; Redis
+    // still has its hold and the hold's settlement entry.
+    sqlx::query("DELETE FROM inventory WHERE sale_id = 'gone'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM sales WHERE id = 'gone'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let r = app.state.settler().settle_shard(&gone, 0).await;
+    assert!(
+        matches!(&r, Err(origin::settlement::SettleError::UnknownSale(s)) if s == "gone"),
+        "{r:?}"
+    );
+    assert_eq!(rows("gone").await, 0, "a row for a sale Postgres lacks");
+    assert_eq!(
+        origin::settlement::lag(&app.state.engine, &gone)
+            .await
+            .unwrap(),
+        1,
+        "the entry stays in the stream"
+    );
+
+    let o = app.state.settler().settle_shard(&kept, 0).await.unwrap();
+    assert_eq!(o.inserted, 1);
+    for refused in [
+        "DELETE FROM sales WHERE id = 'kept'",
+        "UPDATE sales SET id = 'renamed' WHERE id = 'kept'",
+    ] {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("DELETE FROM inventory WHERE sale_id = 'kept'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let e = sqlx::query(refused)
+            .execute(&mut *tx)
+            .await
+            .expect_err(refused);
+        assert_eq!(
+            e.as_database_error().and_then(|d| d.code()).as_deref(),
+            Some("23503"),
+            "{refused}: {e}"
+        );
+        tx.rollback().await.unwrap();
+    }
+    assert_eq!(rows("kept").await, 1);
+    app.stop().await;
+}
