@@ -5,7 +5,7 @@
 //! own (restart, cluster) start `redis-server` on free loopback ports with
 //! [`RedisServer`] / [`RedisCluster`]. `TEST_LOG=1` shows the origin's logs;
 //! `TEST_REDIS_LOGS=<dir>` keeps the logs of the Redis servers and sentinels
-//! tests start (`redis-<port>.log`, `sentinel-<port>.log`).
+//! tests start (`redis-<port or socket dir>.log`, `sentinel-<port>.log`).
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -663,21 +663,25 @@ impl RedisServer {
                 .arg(&socket)
                 .args(["--unixsocketperm", "700"]);
         }
+        if let Some(d) = redis_log_dir() {
+            // Named by port; servers on a Unix socket (port 0) by their
+            // own directory, so no two share a log.
+            let name = match self.port {
+                0 => self
+                    .dir
+                    .path()
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                port => port.to_string(),
+            };
+            cmd.arg("--logfile").arg(format!("{d}/redis-{name}.log"));
+        }
         let child = cmd
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
-            .args(
-                redis_log_dir()
-                    .map(|d| {
-                        [
-                            "--logfile".to_string(),
-                            format!("{d}/redis-{}.log", self.port),
-                        ]
-                    })
-                    .into_iter()
-                    .flatten(),
-            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
