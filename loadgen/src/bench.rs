@@ -67,6 +67,15 @@ pub struct Target {
     /// Persistent HTTP/1.1 connections (one request in flight on each).
     #[arg(long, default_value_t = 32)]
     connections: usize,
+    /// How often (µs) the client's pacing thread wakes to send what has
+    /// come due. Tokio's timer ticks once a millisecond, which sent a whole
+    /// millisecond's requests at once and delayed each by up to 1 ms: at
+    /// 9,000/s that was most of `/healthz`'s p99 (2.0 ms; 0.6 ms with 250
+    /// µs). Smaller is finer and costs the client more CPU on the cores it
+    /// shares with the origin (2026-12-04 entry of
+    /// scripts/bench.d/origin-diagnosis.md).
+    #[arg(long, default_value_t = 250)]
+    pace_us: u64,
 }
 
 #[derive(Args)]
@@ -108,6 +117,7 @@ pub struct LatencyPoint {
     sent: u64,
     answered: u64,
     connections: usize,
+    pace_us: u64,
     probe: Option<String>,
     achieved_rate: f64,
     statuses: std::collections::BTreeMap<u16, u64>,
@@ -118,12 +128,35 @@ pub struct LatencyPoint {
     max_ms: f64,
 }
 
+/// Hands job `i` (due `i / rate` s after `start`) to `send`, in order, never
+/// before it is due; wakes every `tick` or at the next due time, whichever
+/// is later, and then sends every job that has come due. Stops early when
+/// `send` returns false (the workers are gone). Runs on a thread of its own:
+/// its sleeps have microsecond resolution, Tokio's timer has milliseconds.
+fn pace(start: Instant, rate: u64, total: u64, tick: Duration, mut send: impl FnMut(Job) -> bool) {
+    let due = |i: u64| start + Duration::from_nanos(i * 1_000_000_000 / rate);
+    let mut i = 0;
+    while i < total {
+        let now = Instant::now();
+        while i < total && due(i) <= now {
+            if !send((i, due(i))) {
+                return;
+            }
+            i += 1;
+        }
+        if i < total {
+            std::thread::sleep(due(i).saturating_duration_since(now).max(tick));
+        }
+    }
+}
+
 /// Open-loop latency at a fixed rate. Requests are due on a fixed schedule
 /// and latency counts from the due time, not from the send (no coordinated
 /// omission: a stall shows in every request it delays). The client is kept
 /// cheap, because it shares the two cores with the origin and Redis: raw
 /// hyper HTTP/1.1 on a fixed pool of persistent connections, no per-request
-/// task, no connection setup inside the measurement.
+/// task, no connection setup inside the measurement; a pacing thread
+/// ([`pace`]) hands due requests to the connections every `pace_us`.
 async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<LatencyPoint> {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
@@ -212,14 +245,13 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
     }
     drop(done_tx);
     let start = Instant::now();
-    for i in 0..total {
-        let due = start + Duration::from_nanos(i * 1_000_000_000 / a.rate);
-        if due > Instant::now() {
-            tokio::time::sleep_until(due.into()).await;
-        }
-        job_tx.send((i, due)).await.expect("workers alive");
-    }
-    drop(job_tx);
+    let rate = a.rate;
+    let tick = Duration::from_micros(a.target.pace_us);
+    let pacer = std::thread::spawn(move || {
+        pace(start, rate, total, tick, |job| {
+            job_tx.blocking_send(job).is_ok()
+        });
+    });
     let mut hist = Histogram::<u64>::new(3)?;
     let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
     let mut answered = 0u64;
@@ -232,6 +264,8 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
         *statuses.entry(status).or_default() += 1;
         answered += 1;
     }
+    // The workers ended, so the pacer has sent every job (or found them gone).
+    let _ = pacer.join();
     let elapsed = start.elapsed().as_secs_f64();
     if let Some(path) = &a.timeline {
         timeline.sort_unstable();
@@ -250,6 +284,7 @@ async fn open_loop(a: &BenchOriginArgs, ring: &KeyRing) -> anyhow::Result<Latenc
         sent: total,
         answered,
         connections: a.target.connections,
+        pace_us: a.target.pace_us,
         probe: a.probe.clone(),
         achieved_rate: (answered as f64 / elapsed).round(),
         statuses,
@@ -486,4 +521,39 @@ pub async fn bench_settle(a: BenchSettleArgs) -> anyhow::Result<()> {
         json!({"holds": a.holds, "batch": batch, "batched_per_s": batched.round(), "row_at_a_time_per_s": row.round(), "ratio": (batched / row * 100.0).round() / 100.0})
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pacer sends every job once, in order, never before it is due,
+    /// and stops when the workers are gone.
+    #[test]
+    fn pacing_sends_each_job_in_order_and_never_early() {
+        let start = Instant::now();
+        let mut sent = Vec::new();
+        pace(
+            start,
+            20_000,
+            400,
+            Duration::from_micros(250),
+            |(i, due)| {
+                sent.push((i, due, Instant::now()));
+                true
+            },
+        );
+        assert_eq!(sent.len(), 400);
+        for (n, (i, due, at)) in sent.iter().enumerate() {
+            assert_eq!(*i, n as u64);
+            assert_eq!(*due, start + Duration::from_micros(50 * *i));
+            assert!(at >= due, "job {i} sent before it was due");
+        }
+        let mut calls = 0;
+        pace(Instant::now(), 1_000_000, 10, Duration::ZERO, |_| {
+            calls += 1;
+            calls < 3
+        });
+        assert_eq!(calls, 3);
+    }
 }
