@@ -1029,6 +1029,31 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
     app.stop().await;
 }
 
+/// A one-shard sale (limit 2) of `units` on a Redis of the test's own (its
+/// SLOWLOG and command stats are the test's alone), no background workers;
+/// with a connection to that Redis. Keep the server: dropping it stops it.
+async fn one_shard_sale_on_own_redis(
+    id: &str,
+    units: i32,
+) -> (
+    RedisServer,
+    TestApp,
+    std::sync::Arc<origin::sales::Sale>,
+    origin::store::RedisConn,
+) {
+    let redis = RedisServer::start(&["--appendonly", "no"]);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(redis.url()),
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec(id, units, 2, 1)).await;
+    let sale = app.state.sales.get(id).await.unwrap().unwrap();
+    let conn = app.redis().await;
+    (redis, app, sale, conn)
+}
+
 /// A big sale's reconcile round never blocks Redis: no single command it
 /// sends runs long, whatever the number of live holds (issue 16: a
 /// whole-hash `HGETALL` of every shard, twice a round, stalled reservations
@@ -1042,16 +1067,7 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() {
     const HOLDS: usize = 200_000;
-    let redis = RedisServer::start(&["--appendonly", "no"]);
-    let app = TestApp::spawn_with(AppOptions {
-        redis: RedisTarget::Single(redis.url()),
-        workers: NO_WORKERS,
-        ..Default::default()
-    })
-    .await;
-    app.create_sale(sale_spec("big", 1_000_000, 2, 1)).await;
-    let sale = app.state.sales.get("big").await.unwrap().unwrap();
-    let mut conn = app.redis().await;
+    let (_redis, app, sale, mut conn) = one_shard_sale_on_own_redis("big", 1_000_000).await;
     let exp = tests::now_secs() * 1000 + 600_000;
     for chunk in 0..HOLDS / 1_000 {
         let mut cmd = redis::cmd("HSET");
@@ -1605,20 +1621,12 @@ async fn hscan_calls(conn: &mut origin::store::RedisConn) -> u64 {
 /// The reconciler's comparison leaves a shard as soon as it moves mid-scan
 /// (`reconcile::compare_shard`), rather than reading 10^5 hold records to
 /// the end in vain: with 10^6 records (a thousand chunks of `HSCAN`) and a
-/// reservation made once the scan has begun, it reads fewer than half. The records are not reservations, so a comparison read
-/// to the end would also report the shard as mismatched.
+/// reservation made once the scan has begun, it reads fewer than half. The
+/// records are not reservations, so a comparison read to the end would also
+/// report the shard as mismatched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_comparison_leaves_a_shard_that_moves_mid_scan() {
-    let redis = RedisServer::start(&["--appendonly", "no"]);
-    let app = TestApp::spawn_with(AppOptions {
-        redis: RedisTarget::Single(redis.url()),
-        workers: NO_WORKERS,
-        ..Default::default()
-    })
-    .await;
-    app.create_sale(sale_spec("moving", 1_000, 2, 1)).await;
-    let sale = app.state.sales.get("moving").await.unwrap().unwrap();
-    let mut conn = app.redis().await;
+    let (_redis, app, sale, mut conn) = one_shard_sale_on_own_redis("moving", 1_000).await;
     // Unpaid-looking (each in `exp` too), so the paid-holds look does not
     // scan them first (paid_holds.lua); in steps within a reply's timeout.
     let fill = redis::Script::new(
