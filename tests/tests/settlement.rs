@@ -1619,7 +1619,7 @@ async fn hscan_calls(conn: &mut origin::store::RedisConn) -> u64 {
 }
 
 /// The reconciler's comparison leaves a shard as soon as it moves mid-scan
-/// (`reconcile::compare_shard`), rather than reading 10^5 hold records to
+/// (`reconcile::compare_shard`), rather than reading a big sale's hold records to
 /// the end in vain: with 10^6 records (a thousand chunks of `HSCAN`) and a
 /// reservation made once the scan has begun, it reads fewer than half. The
 /// records are not reservations, so a comparison read to the end would also
