@@ -488,20 +488,43 @@ impl TestApp {
         (status, res.json().await.unwrap_or(Value::Null))
     }
 
+    /// The names of this app's Redis keys that match `pattern`, by `SCAN`:
+    /// the tests share one Redis, and `KEYS` would block every other test's
+    /// requests for as long as it walks that Redis's whole keyspace.
+    pub async fn keys_matching(&self, pattern: &str) -> Vec<String> {
+        assert!(
+            matches!(self.redis, RedisTarget::Single(_)),
+            "keys are listed on a single Redis"
+        );
+        let mut conn = self.redis().await;
+        let mut names = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, chunk): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .expect("SCAN");
+            names.extend(chunk);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Every key of this app's prefix with its DUMP, sorted: a fingerprint
     /// of the Redis state for "changes nothing" assertions.
     pub async fn redis_snapshot(&self) -> Vec<(String, Vec<u8>)> {
+        let keys = self.keys_matching(&format!("{}:*", self.prefix)).await;
         let mut conn = self.redis().await;
-        let keys: Vec<String> = match &self.redis {
-            RedisTarget::Single(_) => redis::cmd("KEYS")
-                .arg(format!("{}:*", self.prefix))
-                .query_async(&mut conn)
-                .await
-                .unwrap(),
-            RedisTarget::Cluster(_) | RedisTarget::Sentinel { .. } => {
-                panic!("snapshots are taken on a single Redis")
-            }
-        };
         let mut out = Vec::new();
         for k in keys {
             let dump: Vec<u8> = redis::cmd("DUMP")

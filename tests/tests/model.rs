@@ -768,12 +768,9 @@ async fn apply(
                 .entries
                 > 0
             {}
-            let pattern = format!("{}*", k.stock.trim_end_matches("stock"));
-            let names: Vec<String> = redis::cmd("KEYS")
-                .arg(&pattern)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let names = app
+                .keys_matching(&format!("{}*", k.stock.trim_end_matches("stock")))
+                .await;
             let _: () = conn.del(names).await.unwrap();
             let rebuilt = origin::reconcile::rebuild_sale(engine, &app.state.pool, sale)
                 .await

@@ -853,14 +853,11 @@ async fn a_hold_that_reclaims_an_expired_one_at_sell_out_is_not_rejected() {
 /// Deletes every key of one shard's hash tag, as losing the cluster master
 /// that held its slot (without a replica) would.
 async fn lose_shard(app: &TestApp, keys: &origin::store::ShardKeys) {
-    let mut conn = app.redis().await;
-    let pattern = format!("{}*", keys.stock.trim_end_matches("stock"));
-    let names: Vec<String> = redis::cmd("KEYS")
-        .arg(&pattern)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let names = app
+        .keys_matching(&format!("{}*", keys.stock.trim_end_matches("stock")))
+        .await;
     assert!(!names.is_empty());
+    let mut conn = app.redis().await;
     let _: () = conn.del(names).await.unwrap();
 }
 
