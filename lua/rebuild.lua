@@ -1,31 +1,50 @@
--- rebuild.lua — restore one shard that Redis lost, from Postgres.
+-- rebuild.lua — restore one shard that Redis lost, from Postgres: swap in what
+-- rebuild_stage.lua staged (holds, exp, users, quota), then give the shard
+-- its stock.
 --
--- KEYS: 1..7 the shard's keys (see _lib.lua)
--- ARGV: 1 stock  2 JSON of what Postgres knows for this shard:
---         {"holds": [[id, {a,q,e,h,c,s}], …],   live holds ON this shard
---          "users": [[account, units], …],     counts of accounts whose HOME is this shard
---          "quota": [[id, {a,q,s}], …]}        spilled holds whose home is this shard
+-- KEYS: 1..7 the shard's keys (see _lib.lua)  8..11 this rebuild's staging
+--       keys for holds, exp, users and quota (rebuild_stage.lua's KEYS 2..5)
+-- ARGV: 1 stock
 -- Returns 1 when rebuilt, 0 when refused because the shard has stock (it is
--- live: reconcile it instead of overwriting it).
+-- live: reconcile it instead of overwriting it). Either way the staging keys
+-- are gone afterwards.
 --
 -- Invariant: a rebuild never overwrites a live shard; afterwards stock +
--- held units on the shard equal its share of the sale, as Postgres records it.
+-- held units on the shard equal its share of the sale, as Postgres records
+-- it. Nothing ever sees the shard half rebuilt: the holds, their expiries,
+-- the counts and the stock appear in this one script. A staged key moves by
+-- RENAME (O(1)) and loses the staging expiry (PERSIST), so the script is
+-- short however many holds the shard has. Where a live key exists already
+-- (written while the shard had no stock), the staged entries are written
+-- over it one by one, as the whole-shard script did before staging.
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
+  for i = 8, 11 do
+    redis.call('UNLINK', KEYS[i])
+  end
   return 0
 end
-local data = cjson.decode(ARGV[2])
-for _, h in ipairs(data.holds) do
-  redis.call('HSET', KEYS[2], h[1], cjson.encode(h[2]))
-  if h[2].s ~= 'paid' then
-    redis.call('ZADD', KEYS[3], h[2].e, h[1])
+for i = 2, 5 do
+  local live, staged = KEYS[i], KEYS[i + 6]
+  if redis.call('EXISTS', staged) == 1 then
+    if redis.call('EXISTS', live) == 0 then
+      redis.call('RENAME', staged, live)
+      redis.call('PERSIST', live)
+    else
+      if i == 3 then
+        local e = redis.call('ZRANGE', staged, 0, -1, 'WITHSCORES')
+        for j = 1, #e, 2 do
+          redis.call('ZADD', live, e[j + 1], e[j])
+        end
+      else
+        local e = redis.call('HGETALL', staged)
+        for j = 1, #e, 2 do
+          redis.call('HSET', live, e[j], e[j + 1])
+        end
+      end
+      redis.call('UNLINK', staged)
+    end
   end
-end
-for _, u in ipairs(data.users) do
-  redis.call('HSET', KEYS[4], u[1], u[2])
-end
-for _, q in ipairs(data.quota) do
-  redis.call('HSET', KEYS[5], q[1], cjson.encode(q[2]))
 end
 redis.call('SET', KEYS[1], ARGV[1])
 return 1

@@ -57,10 +57,13 @@
 //! when that number says some hold is paid in Redis alone.
 //!
 //! A shard whose keys are gone (Redis restarted without persistence) is
-//! rebuilt from Postgres (rebuild.lua: stock, holds with expiries, per-user
-//! counts and spill quota of accounts whose home it is). Holds granted but
-//! not yet settled when Redis lost them never reached the truth: those units
-//! are for sale again, and no unit Postgres knows is lost.
+//! rebuilt from Postgres (stock, holds with expiries, per-user counts and
+//! spill quota of accounts whose home it is): staged in chunks under keys
+//! of the rebuild's own (rebuild_stage.lua), then swapped in with the stock
+//! by one short script (rebuild.lua), so no step blocks Redis for long
+//! whatever the sale's size, and nothing sees the shard half rebuilt. Holds
+//! granted but not yet settled when Redis lost them never reached the truth:
+//! those units are for sale again, and no unit Postgres knows is lost.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -1076,13 +1079,29 @@ pub async fn rebuild_sale(
             let _: () = pipe.query_async(&mut conn).await?;
         }
         let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
-        let data = json!({"holds": holds, "users": users, "quota": quota});
+        let staging = k.rebuild_staging(&uuid::Uuid::new_v4().simple().to_string());
+        for chunk in stage_chunks(holds, users, quota, REBUILD_CHUNK) {
+            let staged: i64 = engine
+                .scripts
+                .rebuild_stage
+                .key(&k.stock)
+                .key(staging.as_slice())
+                .arg(chunk.to_string())
+                .arg(REBUILD_STAGING_TTL_MS)
+                .invoke_async(&mut conn)
+                .await?;
+            if staged == 0 {
+                // Rebuilt meanwhile by another rebuild: rebuild.lua below
+                // refuses too, and drops what this one staged.
+                break;
+            }
+        }
         let done: i64 = engine
             .scripts
             .rebuild
             .key(k.all().as_slice())
+            .key(staging.as_slice())
             .arg(stock)
-            .arg(data.to_string())
             .invoke_async(&mut conn)
             .await?;
         if done == 1 {
@@ -1093,6 +1112,49 @@ pub async fn rebuild_sale(
     }
     return_lost_notes(engine, pool, sale, &lost).await?;
     Ok(rebuilt)
+}
+
+/// Entries (holds, account counts, quota) per `lua/rebuild_stage.lua` call:
+/// ~10 µs of Redis each, so one call blocks Redis for ~5 ms.
+const REBUILD_CHUNK: usize = 500;
+
+/// How long a rebuild's staging keys outlive its last chunk if it never
+/// swaps them in (its process died): then they are only memory.
+const REBUILD_STAGING_TTL_MS: u64 = 600_000;
+
+/// One lost shard's entries in the chunks `lua/rebuild_stage.lua` stages,
+/// each at most `size` entries: the holds, then the account counts, then
+/// the quota, in the order given. No chunk for a shard with no entries.
+fn stage_chunks(
+    holds: Vec<serde_json::Value>,
+    users: Vec<serde_json::Value>,
+    quota: Vec<serde_json::Value>,
+    size: usize,
+) -> Vec<serde_json::Value> {
+    let size = size.max(1);
+    let entries = holds
+        .into_iter()
+        .map(|e| ("holds", e))
+        .chain(users.into_iter().map(|e| ("users", e)))
+        .chain(quota.into_iter().map(|e| ("quota", e)));
+    let empty = || json!({"holds": [], "users": [], "quota": []});
+    let mut chunks = Vec::new();
+    let mut chunk = empty();
+    let mut n = 0;
+    for (list, entry) in entries {
+        if let Some(l) = chunk[list].as_array_mut() {
+            l.push(entry);
+        }
+        n += 1;
+        if n == size {
+            chunks.push(std::mem::replace(&mut chunk, empty()));
+            n = 0;
+        }
+    }
+    if n > 0 {
+        chunks.push(chunk);
+    }
+    chunks
 }
 
 /// A spilled hold released on a lost shard left an `unquota` note there for
@@ -1169,7 +1231,7 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::StreamHold;
+    use super::{StreamHold, stage_chunks};
     use crate::settlement::fixtures::{HOLD_AS_FIELDS, HOLD_AS_REC};
     use redis::Value;
     use redis::streams::StreamId;
@@ -1210,5 +1272,35 @@ mod tests {
             ("rec", r#"{"a":"al","q":1,"e":1,"h":1,"c":1,"s":"held"}"#),
         ]);
         assert!(StreamHold::parse(&no_key, 2).is_none(), "no key to restore");
+    }
+
+    /// Every entry is staged once, in order, in its own list, and no chunk
+    /// is over the size or empty.
+    #[test]
+    fn a_shards_entries_are_staged_in_chunks_of_at_most_the_size() {
+        let list = |tag: &str, n: usize| -> Vec<serde_json::Value> {
+            (0..n)
+                .map(|i| serde_json::json!(format!("{tag}{i}")))
+                .collect()
+        };
+        let chunks = stage_chunks(list("h", 5), list("u", 3), list("q", 2), 4);
+        let sizes: Vec<usize> = chunks
+            .iter()
+            .map(|c| {
+                ["holds", "users", "quota"]
+                    .iter()
+                    .map(|l| c[*l].as_array().unwrap().len())
+                    .sum()
+            })
+            .collect();
+        assert_eq!(sizes, vec![4, 4, 2]);
+        for (list_name, tag, n) in [("holds", "h", 5), ("users", "u", 3), ("quota", "q", 2)] {
+            let staged: Vec<serde_json::Value> = chunks
+                .iter()
+                .flat_map(|c| c[list_name].as_array().unwrap().clone())
+                .collect();
+            assert_eq!(staged, list(tag, n), "{list_name}");
+        }
+        assert!(stage_chunks(vec![], vec![], vec![], 4).is_empty());
     }
 }

@@ -207,6 +207,14 @@ impl ShardKeys {
         format!("{}:idem:{hash}", self.base)
     }
 
+    /// The staging keys of one rebuild of this shard (holds, exp, users,
+    /// quota; `lua/rebuild_stage.lua`), named by the rebuild's `token` so two
+    /// rebuilds at once never mix their copies. Under the shard's hash tag,
+    /// so `lua/rebuild.lua` can swap them in within one cluster slot.
+    pub fn rebuild_staging(&self, token: &str) -> [String; 4] {
+        ["holds", "exp", "users", "quota"].map(|k| format!("{}:rebuild:{token}:{k}", self.base))
+    }
+
     /// take.lua's once-only decision for a spilled hold on this shard.
     pub fn spill_marker(&self, hold_id: &str) -> String {
         format!("{}:spill:{hold_id}", self.base)
@@ -236,6 +244,7 @@ pub struct Scripts {
     pub observe: Script,
     pub paid_holds: Script,
     pub reconcile: Script,
+    pub rebuild_stage: Script,
     pub rebuild: Script,
     pub confirm: Script,
     pub unconfirm: Script,
@@ -262,6 +271,7 @@ impl Scripts {
             observe: with_lib(include_str!("../../lua/observe.lua")),
             paid_holds: Script::new(include_str!("../../lua/paid_holds.lua")),
             reconcile: with_lib(include_str!("../../lua/reconcile.lua")),
+            rebuild_stage: Script::new(include_str!("../../lua/rebuild_stage.lua")),
             rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
             confirm: with_lib(include_str!("../../lua/confirm.lua")),
             unconfirm: Script::new(include_str!("../../lua/unconfirm.lua")),
