@@ -1026,12 +1026,14 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
     app.stop().await;
 }
 
-/// A one-shard sale (limit 2) of `units` on a Redis of the test's own (its
-/// SLOWLOG and command stats are the test's alone), no background workers;
-/// with a connection to that Redis. Keep the server: dropping it stops it.
-async fn one_shard_sale_on_own_redis(
+/// A sale (limit 2) of `units` over `shards` on a Redis of the test's own
+/// (its SLOWLOG and command stats are the test's alone), no background
+/// workers; with a connection to that Redis. Keep the server: dropping it
+/// stops it.
+async fn sale_on_own_redis(
     id: &str,
     units: i32,
+    shards: i32,
 ) -> (
     RedisServer,
     TestApp,
@@ -1045,7 +1047,7 @@ async fn one_shard_sale_on_own_redis(
         ..Default::default()
     })
     .await;
-    app.create_sale(sale_spec(id, units, 2, 1)).await;
+    app.create_sale(sale_spec(id, units, 2, shards)).await;
     let sale = app.state.sales.get(id).await.unwrap().unwrap();
     let conn = app.redis().await;
     (redis, app, sale, conn)
@@ -1064,18 +1066,8 @@ async fn one_shard_sale_on_own_redis(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() {
     const HOLDS: usize = 200_000;
-    let (_redis, app, sale, mut conn) = one_shard_sale_on_own_redis("big", 1_000_000).await;
-    let exp = tests::now_secs() * 1000 + 600_000;
-    for chunk in 0..HOLDS / 1_000 {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(&sale.shards[0].holds);
-        for i in chunk * 1_000..(chunk + 1) * 1_000 {
-            cmd.arg(format!("big.0.{i:032x}")).arg(format!(
-                r#"{{"a":"acct{i}","q":1,"e":{exp},"h":0,"c":{exp},"s":"held"}}"#
-            ));
-        }
-        let _: i64 = cmd.query_async(&mut conn).await.unwrap();
-    }
+    let (_redis, app, sale, mut conn) = sale_on_own_redis("big", 1_000_000, 1).await;
+    write_hold_records(&mut conn, &sale.shards[0].holds, HOLDS, 0).await;
     log_slow_commands_from_now(&mut conn).await;
     let r = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
         .await
@@ -1087,6 +1079,23 @@ async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() 
         "commands that blocked Redis over 50 ms during the round: {slow:?}"
     );
     app.stop().await;
+}
+
+/// Writes `n` held hold records (one unit each, expiring in 10 minutes, of
+/// accounts whose home is shard `home`) straight into a shard's `holds`
+/// hash, 1,000 per `HSET`.
+async fn write_hold_records(conn: &mut origin::store::RedisConn, holds: &str, n: usize, home: u16) {
+    let exp = tests::now_secs() * 1000 + 600_000;
+    for from in (0..n).step_by(1_000) {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(holds);
+        for i in from..n.min(from + 1_000) {
+            cmd.arg(format!("w.{home}.{i:032x}")).arg(format!(
+                r#"{{"a":"acct{i}","q":1,"e":{exp},"h":{home},"c":{exp},"s":"held"}}"#
+            ));
+        }
+        let _: i64 = cmd.query_async(&mut *conn).await.unwrap();
+    }
 }
 
 /// From now on, the test's own Redis logs every command slower than 50 ms.
@@ -1119,20 +1128,23 @@ async fn slow_commands(conn: &mut origin::store::RedisConn) -> Vec<String> {
         .collect()
 }
 
-/// A one-shard sale of 1,000,000 units on a Redis of the test's own, whose
-/// shard Redis lost while Postgres had settled `holds` live holds on it (one
-/// unit each, one account each, every tenth paid, each with its
-/// Idempotency-Key), as after a crash of a Redis with no replica.
+/// A sale of 1,000,000 units per shard over two on a Redis of the test's
+/// own. Shard 0 was lost while Postgres had settled `holds` live holds on it
+/// (one unit each, one account each, every tenth paid, each with its
+/// Idempotency-Key), as after a crash of a Redis with no replica; shard 1
+/// survived, holding `surviving` hold records of accounts whose home it is.
 async fn a_big_shard_lost(
     id: &str,
     holds: i64,
+    surviving: usize,
 ) -> (
     RedisServer,
     TestApp,
     std::sync::Arc<origin::sales::Sale>,
     origin::store::RedisConn,
 ) {
-    let (redis, app, sale, conn) = one_shard_sale_on_own_redis(id, 1_000_000).await;
+    let (redis, app, sale, mut conn) = sale_on_own_redis(id, 2_000_000, 2).await;
+    write_hold_records(&mut conn, &sale.shards[1].holds, surviving, 1).await;
     sqlx::query(
         "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home,
                                    created_at, expires_at, idem, requested_qty)
@@ -1176,16 +1188,18 @@ async fn assert_rebuilt_whole(
     assert!(staging.is_empty(), "staging keys left: {staging:?}");
 }
 
-/// A cold rebuild of a big shard never blocks Redis (a known limit until
-/// 2026-12-04): `lua/rebuild.lua` restored the whole shard in one script,
-/// 1.1 s for 100,000 holds, during which every sale on that Redis stood
-/// still. The holds are now staged in chunks (`lua/rebuild_stage.lua`) and
-/// swapped in by one short script. Witness: the test's own Redis's SLOWLOG
-/// at 50 ms, as for the reconciler above.
+/// A cold rebuild of a big sale never blocks Redis (a known limit until
+/// 2026-12-04): `lua/rebuild.lua` restored the whole lost shard in one
+/// script, 1.1 s for 100,000 holds, during which every sale on that Redis
+/// stood still, and each surviving shard's holds were read with one
+/// `HGETALL` (~90 ms per 100,000). The holds are now staged in chunks
+/// (`lua/rebuild_stage.lua`) and swapped in by one short script, and the
+/// surviving shards are read with `HSCAN`. Witness: the test's own Redis's
+/// SLOWLOG at 50 ms, as for the reconciler above.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_rebuild_of_a_hundred_thousand_holds_never_blocks_redis() {
     const HOLDS: usize = 100_000;
-    let (_redis, app, sale, mut conn) = a_big_shard_lost("huge", HOLDS as i64).await;
+    let (_redis, app, sale, mut conn) = a_big_shard_lost("huge", HOLDS as i64, 200_000).await;
     log_slow_commands_from_now(&mut conn).await;
     let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
@@ -1207,7 +1221,7 @@ async fn a_cold_rebuild_of_a_hundred_thousand_holds_never_blocks_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_rebuilds_of_one_lost_shard_at_once_rebuild_it_once() {
     const HOLDS: usize = 20_000;
-    let (_redis, app, sale, mut conn) = a_big_shard_lost("twice", HOLDS as i64).await;
+    let (_redis, app, sale, mut conn) = a_big_shard_lost("twice", HOLDS as i64, 1_000).await;
     let (a, b) = tokio::join!(
         reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
         reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
@@ -1735,7 +1749,7 @@ async fn hscan_calls(conn: &mut origin::store::RedisConn) -> u64 {
 /// report the shard as mismatched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_comparison_leaves_a_shard_that_moves_mid_scan() {
-    let (_redis, app, sale, mut conn) = one_shard_sale_on_own_redis("moving", 1_000).await;
+    let (_redis, app, sale, mut conn) = sale_on_own_redis("moving", 1_000, 1).await;
     // Unpaid-looking (each in `exp` too), so the paid-holds look does not
     // scan them first (paid_holds.lua); in steps within a reply's timeout.
     let fill = redis::Script::new(
