@@ -1026,20 +1026,20 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
     app.stop().await;
 }
 
-/// A sale (limit 2) of `units` over `shards` on a Redis of the test's own
-/// (its SLOWLOG and command stats are the test's alone), no background
-/// workers; with a connection to that Redis. Keep the server: dropping it
-/// stops it.
-async fn sale_on_own_redis(
-    id: &str,
-    units: i32,
-    shards: i32,
-) -> (
+/// The Redis server a test started (keep it: dropping it stops it), the
+/// app on it, a sale and a connection to that Redis.
+type SaleOnOwnRedis = (
     RedisServer,
     TestApp,
     std::sync::Arc<origin::sales::Sale>,
     origin::store::RedisConn,
-) {
+);
+
+/// A sale (limit 2) of `units` over `shards` on a Redis of the test's own
+/// (its SLOWLOG and command stats are the test's alone), no background
+/// workers; with a connection to that Redis. Keep the server: dropping it
+/// stops it.
+async fn sale_on_own_redis(id: &str, units: i32, shards: i32) -> SaleOnOwnRedis {
     let redis = RedisServer::start(&["--appendonly", "no"]);
     let app = TestApp::spawn_with(AppOptions {
         redis: RedisTarget::Single(redis.url()),
@@ -1133,16 +1133,7 @@ async fn slow_commands(conn: &mut origin::store::RedisConn) -> Vec<String> {
 /// (one unit each, one account each, every tenth paid, each with its
 /// Idempotency-Key), as after a crash of a Redis with no replica; shard 1
 /// survived, holding `surviving` hold records of accounts whose home it is.
-async fn a_big_shard_lost(
-    id: &str,
-    holds: i64,
-    surviving: usize,
-) -> (
-    RedisServer,
-    TestApp,
-    std::sync::Arc<origin::sales::Sale>,
-    origin::store::RedisConn,
-) {
+async fn a_big_shard_lost(id: &str, holds: i64, surviving: usize) -> SaleOnOwnRedis {
     let (redis, app, sale, mut conn) = sale_on_own_redis(id, 2_000_000, 2).await;
     write_hold_records(&mut conn, &sale.shards[1].holds, surviving, 1).await;
     sqlx::query(
