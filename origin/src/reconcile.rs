@@ -954,8 +954,19 @@ pub async fn rebuild_sale(
         if lost.contains(&i) {
             continue;
         }
-        let entries: redis::streams::StreamRangeReply = conn.xrange_all(&k.stream).await?;
-        unsettled.extend(entries.ids.iter().filter_map(|e| StreamHold::parse(e, i)));
+        // In chunks, not one XRANGE of the whole stream: a backlog of
+        // 100,000 entries (Postgres slow or down) held Redis for 47-65 ms,
+        // and a debug build's reply went past the connection's 2 s timeout.
+        let mut from = "-".to_string();
+        loop {
+            let page: redis::streams::StreamRangeReply =
+                conn.xrange_count(&k.stream, &from, "+", SCAN_CHUNK).await?;
+            unsettled.extend(page.ids.iter().filter_map(|e| StreamHold::parse(e, i)));
+            match page.ids.last() {
+                Some(last) if page.ids.len() == SCAN_CHUNK => from = format!("({}", last.id),
+                _ => break,
+            }
+        }
     }
     let since = Utc::now() - chrono::Duration::seconds(IDEMPOTENCY_TTL_SECS as i64);
     let rows: Vec<RebuildRow> = sqlx::query_as(&format!(
