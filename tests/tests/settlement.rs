@@ -1228,6 +1228,36 @@ async fn a_cold_rebuild_of_a_hundred_thousand_holds_never_blocks_redis() {
     app.stop().await;
 }
 
+/// Where a lost shard's key exists again by the time the rebuild swaps its
+/// copy in (written while the shard had no stock: by hand, say), the staged
+/// entries are written over it one by one instead of replacing it, as the
+/// whole-shard script did: Postgres's entries win, the others stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_writes_its_entries_over_a_key_that_exists_again() {
+    const HOLDS: usize = 1_200;
+    let (_redis, app, sale, mut conn) = a_big_shard_lost("merge", HOLDS as i64, 0).await;
+    let k = &sale.shards[0];
+    let _: () = conn
+        .hset_multiple(&k.users, &[("acct1", 5), ("someone-else", 2)])
+        .await
+        .unwrap();
+    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![0]);
+    let counted: usize = conn.hlen(&k.users).await.unwrap();
+    let ours: Option<i64> = conn.hget(&k.users, "acct1").await.unwrap();
+    let theirs: Option<i64> = conn.hget(&k.users, "someone-else").await.unwrap();
+    assert_eq!((counted, ours, theirs), (HOLDS + 1, Some(1), Some(2)));
+    let records: usize = conn.hlen(&k.holds).await.unwrap();
+    assert_eq!(records, HOLDS);
+    let ttl: i64 = conn.ttl(&k.users).await.unwrap();
+    assert_eq!(ttl, -1);
+    let staging = app.keys_matching("*:rebuild:*").await;
+    assert!(staging.is_empty(), "staging keys left: {staging:?}");
+    app.stop().await;
+}
+
 /// Two rebuilds of one lost shard at once (the reconciler's loop and an
 /// operator's `origin rebuild`) each stage their own copy; the first to
 /// swap its copy in rebuilds the shard, and the other then changes nothing
