@@ -4,10 +4,13 @@
 --
 -- KEYS: 1..7 the shard's keys (see _lib.lua)  8..11 this rebuild's staging
 --       keys for holds, exp, users and quota (rebuild_stage.lua's KEYS 2..5)
--- ARGV: 1 stock
--- Returns 1 when rebuilt, 0 when refused because the shard has stock (it is
--- live: reconcile it instead of overwriting it). Either way the staging keys
--- are gone afterwards.
+-- ARGV: 1 stock  2..5 how many holds, expiries, account counts and quota
+--       entries the rebuild staged
+-- Returns 1 when rebuilt; 0 when refused because the shard has stock (it is
+-- live: reconcile it instead of overwriting it); -1 when refused because the
+-- staged copy is not all there (Redis lost data again while it was staged,
+-- or the staging keys expired): the shard stays lost for the next rebuild.
+-- Whatever it returns, the staging keys are gone afterwards.
 --
 -- Invariant: a rebuild never overwrites a live shard; afterwards stock +
 -- held units on the shard equal its share of the sale, as Postgres records
@@ -18,11 +21,24 @@
 -- (written while the shard had no stock), the staged entries are written
 -- over it one by one, as the whole-shard script did before staging.
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local function drop_staging()
   for i = 8, 11 do
     redis.call('UNLINK', KEYS[i])
   end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  drop_staging()
   return 0
+end
+-- A partial copy made live would hold fewer holds and counts than its stock
+-- assumes: units no one holds, and accounts whose count is gone could buy
+-- past the per-user limit.
+for i = 8, 11 do
+  local n = i == 9 and redis.call('ZCARD', KEYS[i]) or redis.call('HLEN', KEYS[i])
+  if n ~= tonumber(ARGV[i - 6]) then
+    drop_staging()
+    return -1
+  end
 end
 for i = 2, 5 do
   local live, staged = KEYS[i], KEYS[i + 6]

@@ -1099,6 +1099,9 @@ pub async fn rebuild_sale(
             let _: () = pipe.query_async(&mut conn).await?;
         }
         let users: Vec<_> = users.into_iter().map(|(a, n)| json!([a, n])).collect();
+        // What rebuild.lua must find staged before it swaps the copy in.
+        let expiring = on_shard.iter().filter(|r| r.status != "paid").count();
+        let counts = [holds.len(), expiring, users.len(), quota.len()];
         let staging = k.rebuild_staging(&uuid::Uuid::new_v4().simple().to_string());
         for chunk in stage_chunks(holds, users, quota, REBUILD_CHUNK) {
             let staged: i64 = engine
@@ -1122,8 +1125,12 @@ pub async fn rebuild_sale(
             .key(k.all().as_slice())
             .key(staging.as_slice())
             .arg(stock)
+            .arg(counts.as_slice())
             .invoke_async(&mut conn)
             .await?;
+        if done == -1 {
+            tracing::warn!(sale = %cfg.id, shard = i, "rebuild: the staged copy was not all there (Redis lost data again, or it expired); the shard stays lost until the next rebuild");
+        }
         if done == 1 {
             tracing::warn!(sale = %cfg.id, shard = i, stock, holds = on_shard.len(), keys = idem.len(), "rebuilt shard from Postgres and the surviving shards");
             metrics::counter!("flashsale_rebuilt_shards_total").increment(1);
@@ -1139,7 +1146,8 @@ pub async fn rebuild_sale(
 const REBUILD_CHUNK: usize = 500;
 
 /// How long a rebuild's staging keys outlive its last chunk if it never
-/// swaps them in (its process died): then they are only memory.
+/// swaps them in (its process died), so such a rebuild leaves nothing
+/// behind for long.
 const REBUILD_STAGING_TTL_MS: u64 = 600_000;
 
 /// One lost shard's entries in the chunks `lua/rebuild_stage.lua` stages,

@@ -1258,6 +1258,59 @@ async fn a_rebuild_writes_its_entries_over_a_key_that_exists_again() {
     app.stop().await;
 }
 
+/// A staged copy that is not all there (Redis lost data again between two
+/// chunks, or the staging keys expired) is never made live: rebuild.lua
+/// refuses it (-1) and drops it, and the shard stays lost for the next
+/// rebuild, which makes it whole. Made live, it would hold fewer holds and
+/// counts than its stock assumes: units nobody holds, and an account whose
+/// count is gone could buy past the per-user limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staged_copy_that_is_not_all_there_is_never_made_live() {
+    let (_redis, app, sale, mut conn) = a_big_shard_lost("partial", 3, 0).await;
+    let k = &sale.shards[0];
+    let scripts = &app.state.engine.scripts;
+    let staging = k.rebuild_staging("partial-test");
+    // Two of the three holds and counts: the chunk with the third was lost.
+    let exp = tests::now_secs() * 1000 + 600_000;
+    let hold = |a: &str| serde_json::json!({"a": a, "q": 1, "e": exp, "h": 0, "c": 1, "s": "held"});
+    let chunk = serde_json::json!({
+        "holds": [["partial.0.a", hold("acct1")], ["partial.0.b", hold("acct2")]],
+        "users": [["acct1", 1], ["acct2", 1]],
+        "quota": [],
+    });
+    let staged: i64 = scripts
+        .rebuild_stage
+        .key(&k.stock)
+        .key(staging.as_slice())
+        .arg(chunk.to_string())
+        .arg(600_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(staged, 1);
+    let done: i64 = scripts
+        .rebuild
+        .key(k.all().as_slice())
+        .key(staging.as_slice())
+        .arg(1_000_000 - 3)
+        .arg(&[3, 3, 3, 0][..])
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done, -1);
+    let stock: Option<i64> = conn.get(&k.stock).await.unwrap();
+    let records: usize = conn.hlen(&k.holds).await.unwrap();
+    assert_eq!((stock, records), (None, 0), "the shard stays lost");
+    let left = app.keys_matching("*:rebuild:*").await;
+    assert!(left.is_empty(), "staging keys left: {left:?}");
+    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![0]);
+    assert_rebuilt_whole(&app, &mut conn, k, 3).await;
+    app.stop().await;
+}
+
 /// Two rebuilds of one lost shard at once (the reconciler's loop and an
 /// operator's `origin rebuild`) each stage their own copy; the first to
 /// swap its copy in rebuilds the shard, and the other then changes nothing
