@@ -488,9 +488,10 @@ impl TestApp {
         (status, res.json().await.unwrap_or(Value::Null))
     }
 
-    /// The names of this app's Redis keys that match `pattern`, by `SCAN`:
-    /// the tests share one Redis, and `KEYS` would block every other test's
-    /// requests for as long as it walks that Redis's whole keyspace.
+    /// The names of the keys in this app's Redis that match `pattern`
+    /// (other tests' keys too, where that Redis is the shared one), by
+    /// `SCAN`: `KEYS` would block every other test's requests for as long as
+    /// it walks the whole keyspace.
     pub async fn keys_matching(&self, pattern: &str) -> Vec<String> {
         assert!(
             matches!(self.redis, RedisTarget::Single(_)),
