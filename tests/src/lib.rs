@@ -498,24 +498,16 @@ impl TestApp {
             "keys are listed on a single Redis"
         );
         let mut conn = self.redis().await;
-        let mut names = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let (next, chunk): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await
-                .expect("SCAN");
-            names.extend(chunk);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
+        let opts = redis::ScanOptions::default()
+            .with_pattern(pattern)
+            .with_count(1000);
+        let mut names: Vec<String> = conn
+            .scan_options::<String>(opts)
+            .await
+            .expect("SCAN")
+            .map(|name| name.expect("SCAN"))
+            .collect()
+            .await;
         names.sort();
         names.dedup();
         names
