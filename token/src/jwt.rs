@@ -18,7 +18,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{CLOCK_SKEW_SECS, Claims, KeyRing, TokenError, TokenType};
+use crate::claims::{CLOCK_SKEW_SECS, Claims, TokenType};
+use crate::error::TokenError;
 
 /// Header fields we read; others (`typ`, `cty`…) are ignored.
 #[derive(Deserialize)]
@@ -51,7 +52,14 @@ fn numeric_date(v: Option<&Value>) -> Result<Option<u64>, TokenError> {
 
 /// Verifies a JWT `user` token (see the module doc) and returns its claims
 /// in the product's shape (`typ = user`, no sale, `jti` if the shop sent one).
-pub(crate) fn verify_user(ring: &KeyRing, token: &str, now: u64) -> Result<Claims, TokenError> {
+/// `check_signature(kid, signed_len, sig)` is the key ring's one signature
+/// check over the first `signed_len` bytes of `token`: passed in, so this
+/// module parses and the ring alone holds keys.
+pub(crate) fn verify_user(
+    token: &str,
+    now: u64,
+    check_signature: impl FnOnce(&str, usize, &str) -> Result<(), TokenError>,
+) -> Result<Claims, TokenError> {
     // Same bound on hostile input as the v1 format, before any decoding.
     if token.len() > 4096 || !token.is_ascii() {
         return Err(TokenError::Malformed);
@@ -76,7 +84,7 @@ pub(crate) fn verify_user(ring: &KeyRing, token: &str, now: u64) -> Result<Claim
     // A missing kid names no key we hold.
     let kid = header.kid.ok_or(TokenError::UnknownKid)?;
     let signed_len = header_b64.len() + 1 + payload.len();
-    ring.check_signature(&kid, token, signed_len, sig)?;
+    check_signature(&kid, signed_len, sig)?;
     let claims: serde_json::Map<String, Value> = URL_SAFE_NO_PAD
         .decode(payload)
         .ok()
