@@ -118,6 +118,12 @@ fn main() {
     let stranger = raw_sign(&k_stranger, "k9", &payload_b64);
     let wrong_key_same_kid = raw_sign(&k_stranger, "k2025b", &payload_b64);
     let e_admit = json!({"typ": "admit", "sale": "drop-1"});
+    let with_sub = |sub: &str| {
+        ring.sign(&Claims {
+            sub: sub.into(),
+            ..admit.clone()
+        })
+    };
     let refused = vec![
         json!({"name": "empty", "token": "", "expect": e_admit, "now": now, "error": "token_malformed"}),
         json!({"name": "garbage", "token": "hello", "expect": e_admit, "now": now, "error": "token_malformed"}),
@@ -134,10 +140,16 @@ fn main() {
         json!({"name": "admit token for another sale", "token": admit_tok, "expect": {"typ": "admit", "sale": "drop-2"}, "now": now, "error": "token_wrong_sale"}),
         json!({"name": "expired beyond skew", "token": admit_tok, "expect": e_admit, "now": now + 126, "error": "token_expired"}),
         json!({"name": "issued in the future beyond skew", "token": admit_tok, "expect": e_admit, "now": now - 6, "error": "token_not_yet_valid"}),
+        json!({"name": "account id with U+0000", "token": with_sub("acct\u{0}42"), "expect": e_admit, "now": now, "error": "token_bad_subject"}),
+        json!({"name": "account id with a line feed", "token": with_sub("acct\n42"), "expect": e_admit, "now": now, "error": "token_bad_subject"}),
+        json!({"name": "account id with U+0085 (a C1 control)", "token": with_sub("acct\u{85}42"), "expect": e_admit, "now": now, "error": "token_bad_subject"}),
+        json!({"name": "account id empty", "token": with_sub(""), "expect": e_admit, "now": now, "error": "token_bad_subject"}),
+        json!({"name": "account id of 257 bytes", "token": with_sub(&"a".repeat(257)), "expect": e_admit, "now": now, "error": "token_bad_subject"}),
     ];
     let accepted_edges = vec![
         json!({"name": "expired within skew", "token": admit_tok, "expect": e_admit, "now": now + 125}),
         json!({"name": "future within skew", "token": admit_tok, "expect": e_admit, "now": now - 5}),
+        json!({"name": "account id of 256 bytes, non-ASCII", "token": with_sub(&"é".repeat(128)), "expect": e_admit, "now": now}),
     ];
     let out = json!({
         "comment": "Shared test vectors for the v1 token format. Checked by the host build (cargo test -p token) and the Wasm build (wasm-bindgen-test). Regenerate: cargo run -p token --example make_vectors.",

@@ -13,6 +13,21 @@ pub const VERSION: &str = "v1";
 /// Clock skew tolerated between the minting and the verifying machine.
 pub const CLOCK_SKEW_SECS: u64 = 5;
 
+/// Longest account id (`sub`) accepted, in bytes.
+pub const MAX_SUBJECT_BYTES: usize = 256;
+
+/// Whether `sub` can be an account id: 1 to [`MAX_SUBJECT_BYTES`] bytes and
+/// no control character. Postgres refuses U+0000 in text, so one such id
+/// would be a hold the truth layer can never record; the other control
+/// characters (line breaks, escapes) have no place in an id that ends up in
+/// logs, CSV exports and a shop's systems. Checked in one place, at the
+/// door: [`crate::KeyRing::verify`] and the JWT `user` check refuse such a
+/// token with [`crate::TokenError::BadSubject`], so neither the edge nor the
+/// origin ever sees one.
+pub fn valid_subject(sub: &str) -> bool {
+    !sub.is_empty() && sub.len() <= MAX_SUBJECT_BYTES && !sub.chars().any(char::is_control)
+}
+
 /// What a credential is for. A token of one type is never accepted as another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

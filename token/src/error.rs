@@ -25,6 +25,10 @@ pub enum TokenError {
     /// key is looked at, so the header cannot choose how it is checked.
     #[error("token algorithm is not accepted (only HS256)")]
     AlgRefused,
+    /// A well-signed token whose account id (`sub`) is empty, longer than
+    /// 256 bytes or holds a control character (`claims::valid_subject`).
+    #[error("token names an account id that is empty, too long or holds a control character")]
+    BadSubject,
 }
 
 impl TokenError {
@@ -39,6 +43,7 @@ impl TokenError {
             TokenError::Expired => "token_expired",
             TokenError::NotYetValid => "token_not_yet_valid",
             TokenError::AlgRefused => "token_alg_refused",
+            TokenError::BadSubject => "token_bad_subject",
         }
     }
 
@@ -48,7 +53,7 @@ impl TokenError {
     }
 }
 
-const ALL_ERRORS: [TokenError; 8] = [
+const ALL_ERRORS: [TokenError; 9] = [
     TokenError::Malformed,
     TokenError::UnknownKid,
     TokenError::BadSignature,
@@ -57,4 +62,5 @@ const ALL_ERRORS: [TokenError; 8] = [
     TokenError::Expired,
     TokenError::NotYetValid,
     TokenError::AlgRefused,
+    TokenError::BadSubject,
 ];

@@ -18,7 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::claims::{CLOCK_SKEW_SECS, Claims, TokenType};
+use crate::claims::{CLOCK_SKEW_SECS, Claims, TokenType, valid_subject};
 use crate::error::TokenError;
 
 /// Header fields we read; others (`typ`, `cty`…) are ignored.
@@ -94,6 +94,9 @@ pub(crate) fn verify_user(
         Some(Value::String(s)) if !s.is_empty() => s.clone(),
         _ => return Err(TokenError::Malformed),
     };
+    if !valid_subject(&sub) {
+        return Err(TokenError::BadSubject);
+    }
     let exp = numeric_date(claims.get("exp"))?.ok_or(TokenError::Malformed)?;
     let iat = numeric_date(claims.get("iat"))?.ok_or(TokenError::Malformed)?;
     let nbf = numeric_date(claims.get("nbf"))?;

@@ -14,7 +14,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
-use crate::claims::{CLOCK_SKEW_SECS, Claims, TokenType, VERSION};
+use crate::claims::{CLOCK_SKEW_SECS, Claims, TokenType, VERSION, valid_subject};
 use crate::error::TokenError;
 use crate::jwt;
 
@@ -279,6 +279,9 @@ impl KeyRing {
     /// Checks the signature (constant time), then type, sale and time window.
     pub fn verify(&self, token: &str, expect: Expect<'_>, now: u64) -> Result<Claims, TokenError> {
         let claims = self.verify_signature(token)?;
+        if !valid_subject(&claims.sub) {
+            return Err(TokenError::BadSubject);
+        }
         if claims.typ != expect.typ {
             return Err(TokenError::WrongType);
         }

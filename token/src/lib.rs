@@ -28,7 +28,10 @@ pub mod error;
 pub mod jwt;
 pub mod keyring;
 
-pub use claims::{CLOCK_SKEW_SECS, Claims, TicketData, TokenType, VERSION, random_jti};
+pub use claims::{
+    CLOCK_SKEW_SECS, Claims, MAX_SUBJECT_BYTES, TicketData, TokenType, VERSION, random_jti,
+    valid_subject,
+};
 pub use error::TokenError;
 pub use jwt::is_v1;
 pub use keyring::{Expect, KeyRing, KeyRingError, MIN_KEY_BYTES, peek_type};

@@ -90,6 +90,7 @@ fn refused_jwts_fail_with_their_own_error() {
         "token_expired",
         "token_not_yet_valid",
         "token_malformed",
+        "token_bad_subject",
     ] {
         assert!(seen.contains(code), "no refused vector for {code}");
     }
