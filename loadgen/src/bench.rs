@@ -32,7 +32,7 @@ fn admission_ring() -> anyhow::Result<KeyRing> {
 }
 
 pub fn now_secs() -> u64 {
-    origin::auth::now_secs()
+    origin::http::auth::now_secs()
 }
 
 pub fn tokens(a: TokensArgs) -> anyhow::Result<()> {

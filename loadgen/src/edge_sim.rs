@@ -424,7 +424,7 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
         TokenType::User,
         &account,
         None,
-        origin::auth::now_secs(),
+        origin::http::auth::now_secs(),
         3_600,
     ));
     let queue_url = format!("{}/api/sales/{}/queue", s.edge, s.args.sale);

@@ -276,7 +276,7 @@ pub enum TokenCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Openapi => {
-            print!("{}", crate::openapi::json());
+            print!("{}", crate::http::openapi::json());
             Ok(())
         }
         Command::Serve(args) => {
@@ -487,7 +487,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sale(SaleCommand::Show { sale }) => show_sale(&sale).await,
         Command::Token(cmd) => {
-            let now = crate::auth::now_secs();
+            let now = crate::http::auth::now_secs();
             let (ring, claims) = match cmd {
                 TokenCommand::User { sub, ttl } => (
                     configuration::key_ring("USER_TOKEN_KEYS")?,

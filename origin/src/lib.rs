@@ -4,20 +4,15 @@
 
 pub mod ack;
 pub mod audit;
-pub mod auth;
-pub mod bodies;
 pub mod cli;
 pub mod configuration;
 pub mod db;
-pub mod error;
 pub mod failover;
-pub mod load;
-pub mod openapi;
+pub mod http;
 pub mod outbox;
 pub mod payments;
 pub mod reconcile;
 pub mod reservations;
-pub mod routes;
 pub mod sales;
 pub mod settlement;
 pub mod startup;

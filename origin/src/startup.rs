@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::configuration::Settings;
 use crate::state::AppState;
-use crate::{routes, workers};
+use crate::http::router;
+use crate::workers;
 
 pub use crate::workers::Workers;
 
@@ -73,7 +74,7 @@ impl Application {
         let workers = workers::start(&state.settings, self.workers, workers_stop.clone()).await?;
         let _admin = serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?;
         tracing::info!(port = self.port, "origin listening");
-        let app = routes::router(state.clone());
+        let app = router::router(state.clone());
         let server_stop = stop.clone();
         let server = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { server_stop.cancelled().await })
@@ -118,7 +119,7 @@ impl Application {
     }
 }
 
-/// Serves [`routes::admin_router`] on `ORIGIN_METRICS_ADDR` until `stop`;
+/// Serves [`router::admin_router`] on `ORIGIN_METRICS_ADDR` until `stop`;
 /// nothing when it is unset. Binds before returning, so a bad address fails
 /// the start.
 pub async fn serve_admin(
@@ -133,7 +134,7 @@ pub async fn serve_admin(
         .with_context(|| format!("binding ORIGIN_METRICS_ADDR {addr}"))?;
     tracing::info!(%addr, "admin listener (/metrics, /healthz)");
     Ok(Some(tokio::spawn(async move {
-        let served = axum::serve(listener, routes::admin_router())
+        let served = axum::serve(listener, router::admin_router())
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await;
         if let Err(e) = served {

@@ -43,7 +43,7 @@ pub struct Inner {
     /// is down (bounded like the sale caches).
     pub last_sold: moka::future::Cache<String, i64>,
     /// This replica's load signal for the edge's admission controller.
-    pub load: crate::load::LoadWindow,
+    pub load: crate::http::load::LoadWindow,
     pub metrics: PrometheusHandle,
     pub settings: Settings,
     /// The port `serve` is bound to (the dev payment provider posts to it).
@@ -91,7 +91,7 @@ impl AppState {
                 .time_to_live(SUMMARY_TTL)
                 .build(),
             last_sold: moka::future::Cache::new(crate::sales::FIRST_LOAD_CAPACITY),
-            load: crate::load::LoadWindow::new(),
+            load: crate::http::load::LoadWindow::new(),
             metrics: telemetry::metrics_handle(),
             settings,
             bound_port: std::sync::OnceLock::new(),

@@ -177,7 +177,7 @@ pub fn ring_env(kid: &str) -> String {
 }
 
 pub fn now_secs() -> u64 {
-    origin::auth::now_secs()
+    origin::http::auth::now_secs()
 }
 
 /// The payment webhook secret of every [`TestApp`].

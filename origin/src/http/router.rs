@@ -1,14 +1,14 @@
-//! HTTP routes. `router(state)` is the whole API surface of the origin.
-
-pub(crate) mod health;
-pub(crate) mod payments;
-pub(crate) mod reservations;
-pub(crate) mod sales;
+//! The origin's whole HTTP surface: which handler answers which path, and
+//! the layers every request passes (access log, request id, body limits).
+//!
+//! Invariant: a path is served only if it is routed here; anything else
+//! gets the JSON 404 of `routes::health::not_found`.
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
+use crate::http::routes::{health, payments, reservations, sales};
 use crate::state::AppState;
 
 /// The origin's HTTP API. `/metrics` is here unless an admin address

@@ -13,7 +13,7 @@ use serde_json::json;
 use token::TokenError;
 
 /// Every error `code` the origin's API can answer, for the OpenAPI document
-/// (`crate::openapi`). The token codes are `token::TokenError::code()`'s,
+/// (`crate::http::openapi`). The token codes are `token::TokenError::code()`'s,
 /// the signature codes `crate::payments::SignatureError::code()`'s.
 pub const ERROR_CODES: &[&str] = &[
     "amount_mismatch",

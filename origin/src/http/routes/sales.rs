@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::sales::{Phase, Sale};
 use crate::state::AppState;
 
@@ -55,9 +55,9 @@ async fn sold_units(app: &AppState, sale: &str) -> (i64, bool) {
     tag = "sales",
     params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
     responses(
-        (status = 200, description = "The summary (at most 1 s old)", body = crate::openapi::SaleSummary),
-        (status = 404, description = "`sale_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "The summary (at most 1 s old)", body = crate::http::openapi::SaleSummary),
+        (status = 404, description = "`sale_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn summary(
@@ -136,7 +136,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         // An operator paused admission (the edge's frontier holds).
         "paused": cfg.paused,
         // What the edge's admission controller follows (this replica, the
-        // last `window_s` seconds; see crate::load).
+        // last `window_s` seconds; see crate::http::load).
         "health": {
             "window_s": signal.window_s,
             "requests_per_s": signal.requests_per_s,

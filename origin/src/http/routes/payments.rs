@@ -13,9 +13,9 @@ use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::payments::{self, Applied, ApplyError, PaymentProvider};
-use crate::routes::reservations::find_owned;
+use crate::http::routes::reservations::find_owned;
 use crate::state::AppState;
 
 #[derive(sqlx::FromRow)]
@@ -47,16 +47,16 @@ fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
     ),
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Payment started", body = crate::openapi::Payment),
-        (status = 200, description = "The payment already under way (a repeat)", body = crate::openapi::Payment),
-        (status = 400, description = "`idempotency_key_invalid`", body = crate::openapi::ErrorBody),
-        (status = 409, description = "`reservation_not_payable`", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`reservation_expired`", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 201, description = "Payment started", body = crate::http::openapi::Payment),
+        (status = 200, description = "The payment already under way (a repeat)", body = crate::http::openapi::Payment),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::http::openapi::ErrorBody),
+        (status = 409, description = "`reservation_not_payable`", body = crate::http::openapi::ErrorBody),
+        (status = 410, description = "`reservation_expired`", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::http::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn purchase(
@@ -237,12 +237,12 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
     request_body(content = crate::payments::Event, content_type = "application/json"),
     security(("payment_signature" = [])),
     responses(
-        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::openapi::WebhookAnswer),
-        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::openapi::ErrorBody),
-        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored; nothing was recorded, the provider retries), `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::http::openapi::WebhookAnswer),
+        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::http::openapi::ErrorBody),
+        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::http::openapi::ErrorBody),
+        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored; nothing was recorded, the provider retries), `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn webhook(
@@ -281,13 +281,13 @@ pub async fn webhook(
     let header = headers
         .get("payment-signature")
         .and_then(|v| v.to_str().ok());
-    payments::verify_webhook(&secrets, header, &body, crate::auth::now_secs()).map_err(|e| {
+    payments::verify_webhook(&secrets, header, &body, crate::http::auth::now_secs()).map_err(|e| {
         ApiError::Unauthorized {
             code: e.code(),
             message: e.to_string(),
         }
     })?;
-    let event = crate::bodies::payment_event(&body)?;
+    let event = crate::http::bodies::payment_event(&body)?;
     let sales = app.sales.clone();
     let applied = payments::apply_event(
         &app.pool,
@@ -322,13 +322,13 @@ pub async fn webhook(
     path = "/api/dev/payments/{id}/complete",
     tag = "payments",
     params(("id" = String, Path, description = "The payment id")),
-    request_body(content = Option<crate::bodies::DevComplete>, content_type = "application/json", description = "optional: no body is `succeeded`"),
+    request_body(content = Option<crate::http::bodies::DevComplete>, content_type = "application/json", description = "optional: no body is `succeeded`"),
     responses(
-        (status = 200, description = "What the webhook answered", body = crate::openapi::DevCompleteAnswer),
-        (status = 400, description = "`malformed_json`", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "What the webhook answered", body = crate::http::openapi::DevCompleteAnswer),
+        (status = 400, description = "`malformed_json`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn dev_complete(
@@ -339,7 +339,7 @@ pub async fn dev_complete(
     if !app.settings.dev_mode {
         return Err(ApiError::not_found("not_found", "no such endpoint"));
     }
-    let outcome = crate::bodies::dev_outcome(&body)?;
+    let outcome = crate::http::bodies::dev_outcome(&body)?;
     let amount: i64 = sqlx::query_scalar("SELECT amount_cents FROM payments WHERE id = $1")
         .bind(&payment_id)
         .fetch_optional(&app.pool)

@@ -24,9 +24,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::ack::FactKind;
-use crate::auth;
-use crate::error::ApiError;
-use crate::load::Ended;
+use crate::http::auth;
+use crate::http::error::ApiError;
+use crate::http::load::Ended;
 use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
 use crate::state::AppState;
@@ -46,20 +46,20 @@ fn rfc3339_ms(ms: u64) -> String {
         ("sale" = String, Path, description = "The sale id", example = "drop-1"),
         ("Idempotency-Key" = String, Header, description = "1-200 visible ASCII characters; one key is one request: a replay answers the same", pattern = "^[!-~]{1,200}$"),
     ),
-    request_body(content = crate::bodies::ReserveBody, content_type = "application/json"),
+    request_body(content = crate::http::bodies::ReserveBody, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::openapi::Reservation,
+        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::http::openapi::Reservation,
             headers(("Location" = String, description = "/api/reservations/{id}"), ("x-origin-load" = String, description = "the load signal"))),
-        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::openapi::ErrorBody),
-        (status = 403, description = "`token_wrong_sale`", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`sale_not_found`", body = crate::openapi::ErrorBody),
-        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::openapi::ErrorBody),
-        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::openapi::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::openapi::ErrorBody),
-        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
-        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::http::openapi::ErrorBody),
+        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::openapi::ErrorBody),
+        (status = 403, description = "`token_wrong_sale`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`sale_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::http::openapi::ErrorBody),
+        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::http::openapi::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::http::openapi::ErrorBody),
+        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn create(
@@ -115,7 +115,7 @@ pub async fn create(
     res
 }
 
-/// The compact load signal on every reservation answer (see `crate::load`).
+/// The compact load signal on every reservation answer (see `crate::http::load`).
 pub const LOAD_HEADER: &str = "x-origin-load";
 
 fn idempotency_key(headers: &HeaderMap) -> Result<&str, ApiError> {
@@ -154,7 +154,7 @@ async fn create_inner(
     let cfg = &sale.config;
     let claims = auth::admit_for_sale(&app.admission_keys, headers, &cfg.id)?;
     let key = idempotency_key(headers)?;
-    let qty = crate::bodies::reservation_qty(body, cfg.per_user_limit)?;
+    let qty = crate::http::bodies::reservation_qty(body, cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
         Phase::Upcoming => {
             return Err(ApiError::conflict(
@@ -327,11 +327,11 @@ impl Found {
     params(("id" = String, Path, description = "The reservation id")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::openapi::Reservation),
-        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::http::openapi::Reservation),
+        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn show(
@@ -368,12 +368,12 @@ pub async fn show(
     params(("id" = String, Path, description = "The reservation id")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Cancelled", body = crate::openapi::Cancelled),
-        (status = 409, description = "`reservation_not_held`", body = crate::openapi::ErrorBody),
-        (status = 401, description = "`token_*`", body = crate::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored: nothing is known about the hold until then), `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "Cancelled", body = crate::http::openapi::Cancelled),
+        (status = 409, description = "`reservation_not_held`", body = crate::http::openapi::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored: nothing is known about the hold until then), `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn cancel(

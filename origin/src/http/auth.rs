@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 
 /// The bearer token of a request, or `TokenMissing`.
 pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
@@ -90,7 +90,7 @@ mod tests {
 
     /// The PyJWT-minted vectors of the token crate (a shop's library).
     fn jwt_vectors() -> serde_json::Value {
-        serde_json::from_str(include_str!("../../token/tests/jwt_vectors.json")).unwrap()
+        serde_json::from_str(include_str!("../../../token/tests/jwt_vectors.json")).unwrap()
     }
 
     fn with_bearer(token: &str) -> HeaderMap {

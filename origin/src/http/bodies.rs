@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::payments::Event;
 
 /// Why a body is not the one asked for, before any value is looked at.

@@ -1,8 +1,8 @@
 //! The origin's HTTP API as an OpenAPI 3.1 document, generated from the
 //! code with utoipa: the paths from the `#[utoipa::path]` attributes on the
-//! handlers in `crate::routes`, the request bodies from the types that read
-//! them (`crate::bodies`, `crate::payments::Event`), the answers from the
-//! types below, and the error codes from [`crate::error::ERROR_CODES`].
+//! handlers in `crate::http::routes`, the request bodies from the types that read
+//! them (`crate::http::bodies`, `crate::payments::Event`), the answers from the
+//! types below, and the error codes from [`crate::http::error::ERROR_CODES`].
 //!
 //! Invariants kept here:
 //! - `docs/openapi/origin.json` is [`json`]'s output byte for byte
@@ -18,7 +18,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{RefOr, ServerBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
-use crate::error::ERROR_CODES;
+use crate::http::error::ERROR_CODES;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -32,16 +32,16 @@ use crate::error::ERROR_CODES;
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
-        crate::routes::sales::summary,
-        crate::routes::reservations::create,
-        crate::routes::reservations::show,
-        crate::routes::reservations::cancel,
-        crate::routes::payments::purchase,
-        crate::routes::payments::webhook,
-        crate::routes::payments::dev_complete,
-        crate::routes::health::healthz,
-        crate::routes::health::readyz,
-        crate::routes::health::metrics,
+        crate::http::routes::sales::summary,
+        crate::http::routes::reservations::create,
+        crate::http::routes::reservations::show,
+        crate::http::routes::reservations::cancel,
+        crate::http::routes::payments::purchase,
+        crate::http::routes::payments::webhook,
+        crate::http::routes::payments::dev_complete,
+        crate::http::routes::health::healthz,
+        crate::http::routes::health::readyz,
+        crate::http::routes::health::metrics,
     ),
     components(schemas(ErrorCode)),
     modifiers(&Security),
