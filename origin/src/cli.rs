@@ -12,7 +12,8 @@ use crate::db;
 use crate::sales::{self, SaleSpec};
 use crate::startup::{self, Application, Workers};
 use crate::state::AppState;
-use crate::{store, telemetry};
+use crate::reserve::store;
+use crate::telemetry;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -230,7 +230,7 @@ pub enum RedisTarget {
 pub enum AckMode {
     /// Once the primary has it (Redis's own answer).
     Local,
-    /// Once `WAIT 1 <timeout>` says a replica has it too (`crate::ack`),
+    /// Once `WAIT 1 <timeout>` says a replica has it too (`crate::reserve::ack`),
     /// with `connections` rounds of WAIT side by side at most.
     Wait {
         timeout: Duration,
@@ -523,7 +523,7 @@ pub fn redis_ack(errors: &mut Vec<ConfigError>) -> Option<AckMode> {
 
 /// `REDIS_ACK=wait` needs one primary per origin connection: on a Cluster a
 /// hold's replication would have to be awaited on the primary of each
-/// shard's slot, which `crate::ack` does not do, so the pair is refused.
+/// shard's slot, which `crate::reserve::ack` does not do, so the pair is refused.
 fn ack_fits_target(ack: AckMode, target: &RedisTarget) -> Result<(), ConfigError> {
     match (ack, target) {
         (AckMode::Wait { .. }, RedisTarget::Cluster(_)) => Err(ConfigError::Conflict {

@@ -1,23 +1,20 @@
 //! The flash-sale origin: atomic reservations on sharded Redis stock, with
 //! Postgres as the truth behind it. See each module's doc for the
-//! invariants it keeps; `reservations` holds the core protocol.
+//! invariants it keeps; `reserve::engine` holds the core protocol.
 
-pub mod ack;
 pub mod audit;
 pub mod cli;
 pub mod configuration;
 pub mod db;
-pub mod failover;
 pub mod http;
 pub mod outbox;
 pub mod payments;
 pub mod reconcile;
-pub mod reservations;
+pub mod reserve;
 pub mod sales;
 pub mod settlement;
 pub mod startup;
 pub mod state;
-pub mod store;
 pub mod sweep;
 pub mod telemetry;
 pub mod workers;

@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::RedisConn;
+use crate::reserve::store::RedisConn;
 
 /// One outbox event.
 #[derive(Debug, Clone, sqlx::FromRow)]

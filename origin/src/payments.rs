@@ -51,8 +51,8 @@ use serde_json::json;
 use sha2::Sha256;
 use sqlx::PgPool;
 
-use crate::ack::FactKind;
-use crate::reservations::{Engine, ReservationId};
+use crate::reserve::ack::FactKind;
+use crate::reserve::engine::{Engine, ReservationId};
 use crate::sales::Sale;
 
 /// Webhook timestamps older or newer than this are refused.
@@ -247,7 +247,7 @@ pub enum ApplyError {
     /// `REDIS_ACK=wait`: the confirm did not reach a replica in time; it
     /// was undone and nothing was recorded (the provider delivers again).
     #[error("{0}")]
-    NotReplicated(#[from] crate::ack::AckError),
+    NotReplicated(#[from] crate::reserve::ack::AckError),
     /// The hold was not found because its shard lost its keys (Redis lost
     /// data): nothing was recorded; the provider delivers again after the
     /// rebuild, which restores the hold from Postgres.
@@ -492,7 +492,7 @@ async fn confirm_hold<'s>(
     sale: &'s Sale,
     reservation_id: &str,
     force: bool,
-) -> Result<Option<&'s crate::store::ShardKeys>, redis::RedisError> {
+) -> Result<Option<&'s crate::reserve::store::ShardKeys>, redis::RedisError> {
     let Some(rid) = ReservationId::parse(reservation_id) else {
         return Ok(None);
     };

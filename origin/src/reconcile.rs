@@ -75,10 +75,10 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::payments::{self, Alignment};
-use crate::reservations::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
+use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
 use crate::sales::{Sale, SaleRegistry, shard_units};
 use crate::settlement;
-use crate::store::ShardKeys;
+use crate::reserve::store::ShardKeys;
 
 /// What reconciling one sale found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

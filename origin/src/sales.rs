@@ -26,7 +26,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tokio::sync::RwLock;
 
-use crate::store::{RedisConn, ShardKeys, choose_tags, master_slot_ranges};
+use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, master_slot_ranges};
 
 /// A sale as configured.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -694,7 +694,7 @@ pub async fn create_sale(
         if !ok {
             return Err(CreateError::RedisKeysExist(spec.id.clone()));
         }
-        crate::store::ensure_group(conn, k).await?;
+        crate::reserve::store::ensure_group(conn, k).await?;
     }
     tx.commit().await?;
     load_sale(pool, &spec.id)

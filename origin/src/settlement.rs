@@ -22,7 +22,7 @@
 //!   missing sale writes nothing.
 //!
 //! With `REDIS_ACK=wait` a batch is committed only once a replica has its
-//! entries (`crate::ack`: the barrier checks this primary's stream holds
+//! entries (`crate::reserve::ack`: the barrier checks this primary's stream holds
 //! each entry, then `WAIT 1`, on a dedicated connection of the settler's own
 //! acknowledger, so neither a request connection nor the requests' rounds
 //! wait for it). Otherwise nothing is written and the entries
@@ -56,12 +56,12 @@ use redis::streams::{StreamAutoClaimOptions, StreamReadOptions};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
-use crate::ack::{AckError, Acker, Fact};
-use crate::reservations::{Engine, HoldRecord};
+use crate::reserve::ack::{AckError, Acker, Fact};
+use crate::reserve::engine::{Engine, HoldRecord};
 use crate::sales::{Sale, SaleRegistry};
-use crate::store::ShardKeys;
+use crate::reserve::store::ShardKeys;
 
-use crate::store::GROUP;
+use crate::reserve::store::GROUP;
 
 /// Tuning of one worker.
 #[derive(Debug, Clone)]
@@ -437,7 +437,7 @@ impl Settler {
     }
 
     async fn ensure_group(&self, keys: &ShardKeys) -> redis::RedisResult<()> {
-        crate::store::ensure_group(&mut self.engine.conn.clone(), keys).await
+        crate::reserve::store::ensure_group(&mut self.engine.conn.clone(), keys).await
     }
 
     /// Reads and settles one batch of new entries from one shard.
@@ -884,7 +884,7 @@ impl Settler {
 /// Whether the settlement group of `keys`' stream has an entry older than
 /// `first` still pending (delivered, not acknowledged), on any consumer.
 async fn earlier_pending(
-    conn: &mut crate::store::RedisConn,
+    conn: &mut crate::reserve::store::RedisConn,
     keys: &ShardKeys,
     first: &str,
 ) -> Result<bool, SettleError> {

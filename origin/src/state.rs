@@ -13,13 +13,14 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use crate::ack::Acker;
+use crate::reserve::ack::Acker;
 use crate::configuration::{AckMode, Settings};
 use crate::db::{migrate_or_check, pg_pool};
-use crate::reservations::Engine;
+use crate::reserve::engine::Engine;
 use crate::sales::SaleRegistry;
 use crate::settlement::{SettleConfig, Settler};
-use crate::store::{self, Scripts};
+use crate::reserve::scripts::Scripts;
+use crate::reserve::store;
 use crate::telemetry;
 
 /// How long a computed sale summary is served from memory.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
-use crate::reservations::Engine;
+use crate::reserve::engine::Engine;
 use crate::sales::{Sale, SaleRegistry};
 
 /// Expired holds given back per shard per script call.

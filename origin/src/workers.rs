@@ -31,9 +31,9 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::configuration::Settings;
 use crate::db::pg_pool;
-use crate::reservations::Engine;
+use crate::reserve::engine::Engine;
 use crate::sales::SaleRegistry;
-use crate::store::Scripts;
+use crate::reserve::scripts::Scripts;
 use crate::{outbox, reconcile, state, sweep};
 
 /// Which background workers `serve` runs in-process.

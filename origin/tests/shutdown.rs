@@ -51,7 +51,7 @@ async fn pending(app: &TestApp, s: &Sale) -> i64 {
     for k in &s.shards {
         let summary: redis::Value = redis::cmd("XPENDING")
             .arg(&k.stream)
-            .arg(origin::store::GROUP)
+            .arg(origin::reserve::store::GROUP)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -72,7 +72,7 @@ async fn consumers(app: &TestApp, s: &Sale) -> usize {
         let list: Vec<redis::Value> = redis::cmd("XINFO")
             .arg("CONSUMERS")
             .arg(&k.stream)
-            .arg(origin::store::GROUP)
+            .arg(origin::reserve::store::GROUP)
             .query_async(&mut conn)
             .await
             .unwrap();

@@ -328,7 +328,7 @@ impl TestApp {
         for (i, k) in sale.shards.iter().enumerate() {
             let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
             let Some(raw) = raw else { continue };
-            let h = origin::reservations::HoldRecord::parse(&raw).unwrap();
+            let h = origin::reserve::engine::HoldRecord::parse(&raw).unwrap();
             let home = &sale.shards[h.home];
             let _: () = conn.hdel(&k.holds, id).await.unwrap();
             let _: () = conn.zrem(&k.exp, id).await.unwrap();
@@ -366,8 +366,8 @@ impl TestApp {
     }
 
     /// A Redis connection of the kind the app uses.
-    pub async fn redis(&self) -> origin::store::RedisConn {
-        origin::store::connect(&self.redis).await.expect("redis")
+    pub async fn redis(&self) -> origin::reserve::store::RedisConn {
+        origin::reserve::store::connect(&self.redis).await.expect("redis")
     }
 
     /// Creates a sale through the product's own `sale create` path.
@@ -1094,14 +1094,14 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     let sampler = {
         let stop = stop.clone();
         let mut conn = app.redis().await;
-        let keys: Vec<(origin::store::ShardKeys, i64)> = cfg
+        let keys: Vec<(origin::reserve::store::ShardKeys, i64)> = cfg
             .shard_tags
             .iter()
             .enumerate()
             .map(|(i, t)| {
                 let share = origin::sales::shard_units(1_000, 4, i as i32);
                 (
-                    origin::store::ShardKeys::new(&app.prefix, t),
+                    origin::reserve::store::ShardKeys::new(&app.prefix, t),
                     i64::from(share),
                 )
             })

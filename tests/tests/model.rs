@@ -34,7 +34,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use origin::reservations::{Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard};
+use origin::reserve::engine::{Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard};
 use origin::sales::{Sale, shard_units};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
@@ -622,7 +622,7 @@ async fn apply(
                 return Ok(());
             };
             let (id, m) = (id.clone(), m.clone());
-            let home = origin::reservations::ReservationId::parse(&id)
+            let home = origin::reserve::engine::ReservationId::parse(&id)
                 .unwrap()
                 .home;
             let found = engine
@@ -637,7 +637,7 @@ async fn apply(
                 .release(&sale.shards[shard], shard, &id, "cancelled")
                 .await
                 .map_err(|e| e.to_string())?;
-            use origin::reservations::Released;
+            use origin::reserve::engine::Released;
             match r {
                 Released::Paid => check!(m.paid, "release said paid for {m:?}"),
                 Released::Now { qty } => {
@@ -652,7 +652,7 @@ async fn apply(
                 return Ok(());
             };
             let (id, m) = (id.clone(), m.clone());
-            let home = origin::reservations::ReservationId::parse(&id)
+            let home = origin::reserve::engine::ReservationId::parse(&id)
                 .unwrap()
                 .home;
             let Some((shard, _)) = engine

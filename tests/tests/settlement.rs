@@ -145,7 +145,7 @@ async fn a_worker_dying_between_commit_and_ack_loses_and_doubles_nothing() {
     let mut pending_holds = HashSet::new();
     for k in &sale.shards {
         let pending: redis::streams::StreamPendingCountReply = conn
-            .xpending_count(&k.stream, origin::store::GROUP, "-", "+", 1000)
+            .xpending_count(&k.stream, origin::reserve::store::GROUP, "-", "+", 1000)
             .await
             .unwrap();
         for p in pending.ids {
@@ -466,7 +466,7 @@ async fn a_repair_is_refused_once_a_hold_came_and_went_since_the_comparison() {
     let k = &sale.shards[0];
     let engine = &app.state.engine;
     let mut conn = app.redis().await;
-    let observe = |mut conn: origin::store::RedisConn| async move {
+    let observe = |mut conn: origin::reserve::store::RedisConn| async move {
         let r: (String, i64, String) = engine
             .scripts
             .observe
@@ -852,7 +852,7 @@ async fn a_hold_that_reclaims_an_expired_one_at_sell_out_is_not_rejected() {
 
 /// Deletes every key of one shard's hash tag, as losing the cluster master
 /// that held its slot (without a replica) would.
-async fn lose_shard(app: &TestApp, keys: &origin::store::ShardKeys) {
+async fn lose_shard(app: &TestApp, keys: &origin::reserve::store::ShardKeys) {
     let names = app
         .keys_matching(&format!("{}*", keys.stock.trim_end_matches("stock")))
         .await;
@@ -876,11 +876,11 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
     let sale = app.state.sales.get("lagging").await.unwrap().unwrap();
     let accounts: Vec<String> = (0..)
         .map(|i| format!("a{i}"))
-        .filter(|a| origin::reservations::home_shard(a, 3) == 0)
+        .filter(|a| origin::reserve::engine::home_shard(a, 3) == 0)
         .take(2)
         .collect();
     let (jay, ivy) = (accounts[0].as_str(), accounts[1].as_str());
-    let home = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
+    let home = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
     // jay holds one unit on his home shard, settled in Postgres.
     let jay_t = app.admit(jay, "lagging");
     let (s, b, _) = app
@@ -1032,7 +1032,7 @@ type SaleOnOwnRedis = (
     RedisServer,
     TestApp,
     std::sync::Arc<origin::sales::Sale>,
-    origin::store::RedisConn,
+    origin::reserve::store::RedisConn,
 );
 
 /// A sale (limit 2) of `units` over `shards` on a Redis of the test's own
@@ -1084,7 +1084,7 @@ async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() 
 /// Writes `n` held hold records (one unit each, expiring in 10 minutes, of
 /// accounts whose home is shard `home`) straight into a shard's `holds`
 /// hash, 1,000 per `HSET`.
-async fn write_hold_records(conn: &mut origin::store::RedisConn, holds: &str, n: usize, home: u16) {
+async fn write_hold_records(conn: &mut origin::reserve::store::RedisConn, holds: &str, n: usize, home: u16) {
     let exp = tests::now_secs() * 1000 + 600_000;
     for from in (0..n).step_by(1_000) {
         let mut cmd = redis::cmd("HSET");
@@ -1099,7 +1099,7 @@ async fn write_hold_records(conn: &mut origin::store::RedisConn, holds: &str, n:
 }
 
 /// From now on, the test's own Redis logs every command slower than 50 ms.
-async fn log_slow_commands_from_now(conn: &mut origin::store::RedisConn) {
+async fn log_slow_commands_from_now(conn: &mut origin::reserve::store::RedisConn) {
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-log-slower-than")
@@ -1115,7 +1115,7 @@ async fn log_slow_commands_from_now(conn: &mut origin::store::RedisConn) {
 }
 
 /// The commands Redis logged as slow since [`log_slow_commands_from_now`].
-async fn slow_commands(conn: &mut origin::store::RedisConn) -> Vec<String> {
+async fn slow_commands(conn: &mut origin::reserve::store::RedisConn) -> Vec<String> {
     let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(32)
@@ -1178,8 +1178,8 @@ async fn a_big_shard_lost(id: &str, holds: i64, surviving: usize) -> SaleOnOwnRe
 /// expiry of its own, and no rebuild left staging keys behind.
 async fn assert_rebuilt_whole(
     app: &TestApp,
-    conn: &mut origin::store::RedisConn,
-    k: &origin::store::ShardKeys,
+    conn: &mut origin::reserve::store::RedisConn,
+    k: &origin::reserve::store::ShardKeys,
     holds: usize,
 ) {
     let stock: i64 = conn.get(&k.stock).await.unwrap();
@@ -1342,7 +1342,7 @@ async fn two_rebuilds_of_one_lost_shard_at_once_rebuild_it_once() {
 /// and no account is over its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler() {
-    use origin::reservations::home_shard;
+    use origin::reserve::engine::home_shard;
     let app = TestApp::spawn_with(AppOptions {
         workers: NO_WORKERS,
         ..Default::default()
@@ -1491,7 +1491,7 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
         let hs: std::collections::HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
         holds += hs
             .values()
-            .map(|raw| origin::reservations::HoldRecord::parse(raw).unwrap().qty)
+            .map(|raw| origin::reserve::engine::HoldRecord::parse(raw).unwrap().qty)
             .sum::<i64>();
     }
     assert_eq!((held + sold) as i64, live);
@@ -1695,7 +1695,7 @@ async fn only_settled_entries_leave_the_stream() {
     // Another settler read the first entry and died before settling it.
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(origin::store::GROUP)
+        .arg(origin::reserve::store::GROUP)
         .arg("dead-settler")
         .arg("COUNT")
         .arg(1)
@@ -1826,7 +1826,7 @@ async fn every_reservation_row_names_a_sale_postgres_has() {
 }
 
 /// HSCAN calls the server has answered since its stats were reset.
-async fn hscan_calls(conn: &mut origin::store::RedisConn) -> u64 {
+async fn hscan_calls(conn: &mut origin::reserve::store::RedisConn) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

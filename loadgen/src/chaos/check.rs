@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use anyhow::Context;
 use clap::Args;
-use origin::reservations::{HoldRecord, home_shard};
+use origin::reserve::engine::{HoldRecord, home_shard};
 use origin::sales::Sale;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
@@ -136,7 +136,7 @@ impl Observed {
 /// Reads the end state of `sale`.
 pub async fn observe(
     pool: &sqlx::PgPool,
-    conn: &mut origin::store::RedisConn,
+    conn: &mut origin::reserve::store::RedisConn,
     sale: &Sale,
 ) -> anyhow::Result<Observed> {
     let id = &sale.config.id;

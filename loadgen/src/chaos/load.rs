@@ -33,7 +33,7 @@ use token::{Claims, KeyRing, TokenType};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::history::{Entry, Op, Writer};
-use origin::reservations::now_ms;
+use origin::reserve::engine::now_ms;
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {

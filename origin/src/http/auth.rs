@@ -25,7 +25,7 @@ pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
 
 /// Unix seconds now.
 pub fn now_secs() -> u64 {
-    crate::reservations::now_ms() / 1000
+    crate::reserve::engine::now_ms() / 1000
 }
 
 /// An `admit` token for exactly `sale`.

@@ -201,8 +201,8 @@ impl From<redis::RedisError> for ApiError {
     }
 }
 
-impl From<crate::ack::AckError> for ApiError {
-    fn from(e: crate::ack::AckError) -> Self {
+impl From<crate::reserve::ack::AckError> for ApiError {
+    fn from(e: crate::reserve::ack::AckError) -> Self {
         tracing::warn!(error = %e, "write not acknowledged (REDIS_ACK=wait)");
         ApiError::unavailable(
             "not_replicated",

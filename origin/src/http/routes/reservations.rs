@@ -23,11 +23,11 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::ack::FactKind;
+use crate::reserve::ack::FactKind;
 use crate::http::auth;
 use crate::http::error::ApiError;
 use crate::http::load::Ended;
-use crate::reservations::{HoldRecord, Outcome, Released, ReservationId};
+use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::{Phase, Sale};
 use crate::state::AppState;
 

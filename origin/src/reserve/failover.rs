@@ -92,7 +92,7 @@ impl SentinelSource {
     }
 
     /// A new connection of its own to the current primary (the acknowledger
-    /// uses one apart from the shared connection, see `crate::ack`).
+    /// uses one apart from the shared connection, see `crate::reserve::ack`).
     pub async fn connect_primary(&self) -> RedisResult<(String, MultiplexedConnection)> {
         let client = self.primary().await?;
         let addr = client.get_connection_info().addr().to_string();

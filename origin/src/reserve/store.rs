@@ -1,13 +1,10 @@
 //! The speed layer's plumbing: one connection type for a single Redis or a
-//! Redis Cluster, the key layout, the Lua scripts, and the choice of shard
-//! hash tags.
+//! Redis Cluster, the key layout, and the choice of shard hash tags (the
+//! scripts that run on those keys are `crate::reserve::scripts`).
 //!
 //! Invariants kept here:
 //! - every key of a shard carries the shard's hash tag, so each script (which
 //!   only ever receives one shard's keys) touches one cluster slot;
-//! - scripts are created once per process from `lua/` and called by EVALSHA;
-//!   `redis::Script` reloads a script and retries when Redis answers
-//!   NOSCRIPT (e.g. after `SCRIPT FLUSH` or a failover);
 //! - a sale's shard tags are chosen once, at `sale create`, and stored in
 //!   Postgres, so every process computes the same keys.
 
@@ -15,10 +12,10 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::configuration::RedisTarget;
-use crate::failover::{SentinelConn, SentinelSource};
+use crate::reserve::failover::{SentinelConn, SentinelSource};
 
 /// A connection to any deployment shape; the code path above it is the same.
 #[derive(Clone)]
@@ -81,7 +78,7 @@ fn sentinel_source(
 /// Connects to Redis. For a single Redis the manager reconnects by itself
 /// after an outage, so the origin serves again once Redis is back; through
 /// Sentinel the connection follows the primary to its new address after a
-/// failover (`crate::failover`).
+/// failover (`crate::reserve::failover`).
 pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
     match target {
         RedisTarget::Single(url) => {
@@ -121,7 +118,7 @@ pub async fn connect(target: &RedisTarget) -> redis::RedisResult<RedisConn> {
 
 /// A plain connection of its own to the (current) primary, which never
 /// reconnects by itself: two commands sent on it in turn went over one TCP
-/// connection or the second failed — what `WAIT` needs (`crate::ack`).
+/// connection or the second failed — what `WAIT` needs (`crate::reserve::ack`).
 /// `response_timeout` must exceed the longest command sent on it.
 pub async fn connect_dedicated(
     target: &RedisTarget,
@@ -231,55 +228,6 @@ pub fn idem_hash(account: &str, key: &str) -> String {
     h.update([0u8]);
     h.update(key.as_bytes());
     hex::encode(&h.finalize()[..16])
-}
-
-/// The product's Lua scripts, each `lua/_lib.lua` + its own file.
-pub struct Scripts {
-    pub reserve: Script,
-    pub take: Script,
-    pub quota_commit: Script,
-    pub quota_return: Script,
-    pub release: Script,
-    pub sweep: Script,
-    pub observe: Script,
-    pub paid_holds: Script,
-    pub reconcile: Script,
-    pub rebuild_stage: Script,
-    pub rebuild: Script,
-    pub confirm: Script,
-    pub unconfirm: Script,
-    pub restore: Script,
-    pub restore_quota: Script,
-    pub settled: Script,
-}
-
-const LIB: &str = include_str!("../../lua/_lib.lua");
-
-fn with_lib(body: &str) -> Script {
-    Script::new(&format!("{LIB}\n{body}"))
-}
-
-impl Scripts {
-    pub fn load() -> Self {
-        Scripts {
-            reserve: with_lib(include_str!("../../lua/reserve.lua")),
-            take: with_lib(include_str!("../../lua/take.lua")),
-            quota_commit: Script::new(include_str!("../../lua/quota_commit.lua")),
-            quota_return: Script::new(include_str!("../../lua/quota_return.lua")),
-            release: with_lib(include_str!("../../lua/release.lua")),
-            sweep: with_lib(include_str!("../../lua/sweep.lua")),
-            observe: with_lib(include_str!("../../lua/observe.lua")),
-            paid_holds: Script::new(include_str!("../../lua/paid_holds.lua")),
-            reconcile: with_lib(include_str!("../../lua/reconcile.lua")),
-            rebuild_stage: Script::new(include_str!("../../lua/rebuild_stage.lua")),
-            rebuild: Script::new(include_str!("../../lua/rebuild.lua")),
-            confirm: with_lib(include_str!("../../lua/confirm.lua")),
-            unconfirm: Script::new(include_str!("../../lua/unconfirm.lua")),
-            restore: with_lib(include_str!("../../lua/restore.lua")),
-            restore_quota: Script::new(include_str!("../../lua/restore_quota.lua")),
-            settled: Script::new(include_str!("../../lua/settled.lua")),
-        }
-    }
 }
 
 /// The cluster slot of a hash tag (CRC16/XMODEM mod 16384, as Redis does).

@@ -49,9 +49,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redis::{RedisError, Value};
 use serde::Serialize;
 
-use crate::ack::{AckError, Acker, Fact, FactKind};
+use crate::reserve::ack::{AckError, Acker, Fact, FactKind};
 use crate::sales::Sale;
-use crate::store::{self, RedisConn, Scripts, ShardKeys};
+use crate::reserve::scripts::Scripts;
+use crate::reserve::store::{self, RedisConn, ShardKeys};
 
 /// How long an Idempotency-Key's answer is remembered.
 pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
@@ -238,7 +239,7 @@ pub enum Took {
 impl Engine {
     /// Before a client is told `kind` about hold `id` on the shard of
     /// `keys`: with `REDIS_ACK=wait`, waits until a replica has it
-    /// (`crate::ack`); with `local`, at once.
+    /// (`crate::reserve::ack`); with `local`, at once.
     pub async fn acknowledge(
         &self,
         keys: &ShardKeys,

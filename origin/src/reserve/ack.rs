@@ -9,7 +9,7 @@
 //!
 //! `WAIT n timeout` blocks the connection it is sent on until replicas
 //! reach *that connection's* last write. The origin's requests share one
-//! multiplexed connection (`crate::store`), so a `WAIT` there would stall
+//! multiplexed connection (`crate::reserve::store`), so a `WAIT` there would stall
 //! every request behind it, and per-request `WAIT`s would serialise them.
 //! Instead one task, the acknowledger, owns a dedicated connection
 //! (`store::connect_dedicated`, which never reconnects behind its back) and
@@ -51,10 +51,10 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::configuration::RedisTarget;
-use crate::store::{self, ShardKeys};
+use crate::reserve::store::{self, ShardKeys};
 
 /// The barrier script (`lua/ack.lua`), loaded on each new connection.
-pub const ACK_LUA: &str = include_str!("../../lua/ack.lua");
+pub const ACK_LUA: &str = include_str!("../../../lua/ack.lua");
 /// Facts one round takes at most (the rest wait for the next).
 pub const MAX_ROUND: usize = 1024;
 
