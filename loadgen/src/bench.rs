@@ -9,7 +9,7 @@ use clap::Args;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use origin::configuration::Settings;
-use origin::sales::SaleSpec;
+use origin::sales::spec::SaleSpec;
 use origin::state::AppState;
 use serde_json::json;
 use token::{Claims, KeyRing, TokenType};
@@ -462,12 +462,12 @@ async fn settle_rate(
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
-        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
-        currency: origin::sales::DEFAULT_CURRENCY.into(),
+        join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
+        currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
     };
     let mut conn = state.engine.conn.clone();
-    origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec).await?;
+    origin::sales::spec::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec).await?;
     let sale = state
         .sales
         .get(&sale_id)

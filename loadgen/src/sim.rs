@@ -22,7 +22,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use origin::configuration::Settings;
-use origin::sales::SaleSpec;
+use origin::sales::spec::SaleSpec;
 use origin::state::AppState;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -282,11 +282,11 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         bot_check: "none".into(),
         // Every simulated person joins from this one loopback address.
         join_limit: 0,
-        currency: origin::sales::DEFAULT_CURRENCY.into(),
+        currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
     };
     let mut conn = state.engine.conn.clone();
-    origin::sales::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)
+    origin::sales::spec::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)
         .await
         .context("creating the simulated sale")?;
     Ok(state)
@@ -508,7 +508,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
 
 pub(crate) async fn invariants(
     state: &AppState,
-    sale: &origin::sales::Sale,
+    sale: &origin::sales::sale::Sale,
 ) -> anyhow::Result<Value> {
     let id = &sale.config.id;
     let limit = sale.config.per_user_limit;

@@ -9,7 +9,10 @@ use secrecy::ExposeSecret;
 
 use crate::configuration::{self, Settings};
 use crate::db;
-use crate::sales::{self, SaleSpec};
+use crate::sales::registry::SaleRegistry;
+use crate::sales::spec::{
+    DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
+};
 use crate::startup::{self, Application, Workers};
 use crate::state::AppState;
 use crate::reserve::store;
@@ -196,11 +199,11 @@ pub struct CreateArgs {
     pub bot_check: String,
     /// Joins the edge accepts per address per minute: 10, 30, 100, 300 or
     /// 1000 (each a rate-limiting binding of the edge), or 0 for no limit.
-    #[arg(long, default_value_t = sales::DEFAULT_JOIN_LIMIT)]
+    #[arg(long, default_value_t = DEFAULT_JOIN_LIMIT)]
     pub join_limit: i32,
     /// ISO 4217 code of the price's currency (the queue page shows prices
     /// in it).
-    #[arg(long, default_value = sales::DEFAULT_CURRENCY)]
+    #[arg(long, default_value = DEFAULT_CURRENCY)]
     pub currency: String,
     /// Base URL of a drand-style randomness beacon whose first round at or
     /// after the start goes into the draw's key (`<url>/info`,
@@ -456,7 +459,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 draw_beacon: a.draw_beacon,
             };
             let sale =
-                sales::create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
+                create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
             println!("{}", serde_json::to_string_pretty(&sale)?);
             Ok(())
         }
@@ -469,7 +472,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             ends_at,
             queue_shards,
         }) => {
-            let change = sales::SaleChange {
+            let change = SaleChange {
                 admission_rate,
                 admission_factor,
                 ends_at,
@@ -480,7 +483,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             change_and_print(&sale, &change).await
         }
         Command::Sale(SaleCommand::End { sale }) => {
-            let change = sales::SaleChange {
+            let change = SaleChange {
                 ends_at: Some(Utc::now()),
                 ..Default::default()
             };
@@ -635,12 +638,12 @@ async fn healthcheck(url: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn change_and_print(sale: &str, change: &sales::SaleChange) -> anyhow::Result<()> {
+async fn change_and_print(sale: &str, change: &SaleChange) -> anyhow::Result<()> {
     let pool = db::pg_pool(
         configuration::database_url()?.expose_secret(),
         db::CLI_POOL_SIZE,
     )?;
-    let changed = sales::change_sale(&pool, sale, change).await?;
+    let changed = change_sale(&pool, sale, change).await?;
     println!("{}", serde_json::to_string_pretty(&changed)?);
     Ok(())
 }
@@ -653,7 +656,7 @@ async fn show_sale(id: &str) -> anyhow::Result<()> {
         db::CLI_POOL_SIZE,
     )?;
     let prefix = configuration::key_prefix()?;
-    let registry = sales::SaleRegistry::new(pool.clone(), prefix);
+    let registry = SaleRegistry::new(pool.clone(), prefix);
     let sale = registry
         .get(id)
         .await?

@@ -53,7 +53,7 @@ use sqlx::PgPool;
 
 use crate::reserve::ack::FactKind;
 use crate::reserve::engine::{Engine, ReservationId};
-use crate::sales::Sale;
+use crate::sales::sale::Sale;
 
 /// Webhook timestamps older or newer than this are refused.
 pub const WEBHOOK_TOLERANCE_SECS: u64 = 300;

@@ -76,7 +76,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::payments::{self, Alignment};
 use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
-use crate::sales::{Sale, SaleRegistry, shard_units};
+use crate::sales::registry::SaleRegistry;
+use crate::sales::sale::{Sale, shard_units};
 use crate::settlement;
 use crate::reserve::store::ShardKeys;
 

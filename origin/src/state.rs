@@ -17,7 +17,7 @@ use crate::reserve::ack::Acker;
 use crate::configuration::{AckMode, Settings};
 use crate::db::{migrate_or_check, pg_pool};
 use crate::reserve::engine::Engine;
-use crate::sales::SaleRegistry;
+use crate::sales::registry::SaleRegistry;
 use crate::settlement::{SettleConfig, Settler};
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store;
@@ -88,10 +88,10 @@ impl AppState {
             admission_keys: settings.admission_keys.clone(),
             in_flight: Semaphore::new(settings.max_in_flight),
             summaries: moka::future::Cache::builder()
-                .max_capacity(crate::sales::FIRST_LOAD_CAPACITY)
+                .max_capacity(crate::sales::registry::FIRST_LOAD_CAPACITY)
                 .time_to_live(SUMMARY_TTL)
                 .build(),
-            last_sold: moka::future::Cache::new(crate::sales::FIRST_LOAD_CAPACITY),
+            last_sold: moka::future::Cache::new(crate::sales::registry::FIRST_LOAD_CAPACITY),
             load: crate::http::load::LoadWindow::new(),
             metrics: telemetry::metrics_handle(),
             settings,

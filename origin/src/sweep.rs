@@ -17,7 +17,8 @@ use redis::AsyncCommands;
 use tokio_util::sync::CancellationToken;
 
 use crate::reserve::engine::Engine;
-use crate::sales::{Sale, SaleRegistry};
+use crate::sales::registry::SaleRegistry;
+use crate::sales::sale::Sale;
 
 /// Expired holds given back per shard per script call.
 const BATCH: u32 = 200;

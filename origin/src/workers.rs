@@ -32,7 +32,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::configuration::Settings;
 use crate::db::pg_pool;
 use crate::reserve::engine::Engine;
-use crate::sales::SaleRegistry;
+use crate::sales::registry::SaleRegistry;
 use crate::reserve::scripts::Scripts;
 use crate::{outbox, reconcile, state, sweep};
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use origin::sales::Sale;
+use origin::sales::sale::Sale;
 use origin::startup::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, OriginProcess, TestApp, heavy, sale_spec};

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use origin::configuration::{AckMode, RedisTarget, Settings};
-use origin::sales::{SaleConfig, SaleSpec};
+use origin::sales::sale::SaleConfig;
+use origin::sales::spec::SaleSpec;
 use origin::startup::{Application, Workers};
 use origin::state::AppState;
 use std::collections::{HashMap, HashSet};
@@ -323,7 +324,7 @@ impl TestApp {
     /// count and spill quota down, its key record and spill marker gone), no
     /// stream record written — while Postgres, where the settler already wrote
     /// it, still has it.
-    pub async fn forget_hold(&self, sale: &origin::sales::Sale, id: &str) {
+    pub async fn forget_hold(&self, sale: &origin::sales::sale::Sale, id: &str) {
         let mut conn = self.redis().await;
         for (i, k) in sale.shards.iter().enumerate() {
             let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
@@ -373,7 +374,7 @@ impl TestApp {
     /// Creates a sale through the product's own `sale create` path.
     pub async fn create_sale(&self, spec: SaleSpec) -> SaleConfig {
         let mut conn = self.redis().await;
-        origin::sales::create_sale(&self.state.pool, &mut conn, &self.prefix, &spec)
+        origin::sales::spec::create_sale(&self.state.pool, &mut conn, &self.prefix, &spec)
             .await
             .expect("sale created")
     }
@@ -555,8 +556,8 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
-        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
-        currency: origin::sales::DEFAULT_CURRENCY.into(),
+        join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
+        currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
     }
 }
@@ -1099,7 +1100,7 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let share = origin::sales::shard_units(1_000, 4, i as i32);
+                let share = origin::sales::sale::shard_units(1_000, 4, i as i32);
                 (
                     origin::reserve::store::ShardKeys::new(&app.prefix, t),
                     i64::from(share),

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use origin::reserve::engine::{Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard};
-use origin::sales::{Sale, shard_units};
+use origin::sales::sale::{Sale, shard_units};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use redis::AsyncCommands;

@@ -318,7 +318,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
 async fn three_holds_where_postgres_has_room_for_one(
     app: &TestApp,
     id: &str,
-) -> std::sync::Arc<origin::sales::Sale> {
+) -> std::sync::Arc<origin::sales::sale::Sale> {
     app.create_sale(sale_spec(id, 10, 2, 1)).await;
     sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = $1")
         .bind(id)
@@ -704,7 +704,7 @@ async fn release_pending_then_new_hold(
     app: &TestApp,
     id: &str,
     first: &origin::settlement::Settler,
-) -> (std::sync::Arc<origin::sales::Sale>, String, String) {
+) -> (std::sync::Arc<origin::sales::sale::Sale>, String, String) {
     app.create_sale(sale_spec(id, 1, 1, 1)).await;
     let sale = app.state.sales.get(id).await.unwrap().unwrap();
     let alice = app.admit("alice", id);
@@ -740,7 +740,7 @@ async fn status_of(app: &TestApp, id: &str) -> String {
 
 /// The end every order of settlement must reach: everything settled,
 /// alice's hold cancelled, bob's (the 202 he got) live in both stores.
-async fn bobs_hold_stands(app: &TestApp, sale: &origin::sales::Sale, h1: &str, h2: &str) {
+async fn bobs_hold_stands(app: &TestApp, sale: &origin::sales::sale::Sale, h1: &str, h2: &str) {
     let lag = origin::settlement::lag(&app.state.engine, sale).await;
     assert_eq!(lag.unwrap(), 0, "everything settled");
     assert_eq!(status_of(app, h1).await, "cancelled");
@@ -1031,7 +1031,7 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
 type SaleOnOwnRedis = (
     RedisServer,
     TestApp,
-    std::sync::Arc<origin::sales::Sale>,
+    std::sync::Arc<origin::sales::sale::Sale>,
     origin::reserve::store::RedisConn,
 );
 

@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use anyhow::Context;
 use clap::Args;
 use origin::reserve::engine::{HoldRecord, home_shard};
-use origin::sales::Sale;
+use origin::sales::sale::Sale;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 

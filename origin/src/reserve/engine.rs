@@ -50,7 +50,7 @@ use redis::{RedisError, Value};
 use serde::Serialize;
 
 use crate::reserve::ack::{AckError, Acker, Fact, FactKind};
-use crate::sales::Sale;
+use crate::sales::sale::Sale;
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store::{self, RedisConn, ShardKeys};
 
@@ -130,7 +130,7 @@ impl<'a> ReservationId<'a> {
             return None;
         };
         let home: usize = home.parse().ok()?;
-        if !crate::sales::valid_sale_id(sale)
+        if !crate::sales::sale::valid_sale_id(sale)
             || uuid.len() != 32
             || !uuid.bytes().all(|b| b.is_ascii_hexdigit())
         {

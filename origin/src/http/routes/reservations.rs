@@ -28,7 +28,7 @@ use crate::http::auth;
 use crate::http::error::ApiError;
 use crate::http::load::Ended;
 use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId};
-use crate::sales::{Phase, Sale};
+use crate::sales::sale::{Phase, Sale};
 use crate::state::AppState;
 
 fn rfc3339_ms(ms: u64) -> String {

@@ -13,7 +13,7 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
-use crate::sales::{Phase, Sale};
+use crate::sales::sale::{Phase, Sale};
 use crate::state::AppState;
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by

@@ -1,341 +1,20 @@
-//! Sales: their configuration (Postgres is the one source), creation
-//! (Postgres row + Redis stock split over shards), an in-process cache so a
-//! running `origin serve` picks up a new sale without a restart, and each
-//! sale's in-process sold-out flag.
+//! What an operator asks of a sale (`origin sale create`, `sale update`,
+//! `sale end`), checked, and applied: creation writes the Postgres row and
+//! the Redis stock split over the shards; a change touches only what may
+//! change on a sale that exists.
 //!
 //! Invariants kept here:
-//! - a sale's units are split over its shards so that the shards' stock adds
-//!   up to exactly `units_total` at creation;
 //! - `sale create` never overwrites live Redis stock: it refuses when any of
 //!   the sale's keys already exist;
-//! - the sold-out flag is only ever a cache: it is set after every shard
-//!   said empty and is rechecked against Redis at most 1 s later;
-//! - the config cache is bounded against junk: ids Postgres does not know
-//!   live in a capacity-bounded cache for 1 s (so random ids cannot grow
-//!   memory), and a first sight of an id is loaded once however many
-//!   requests ask at the same moment (single flight).
-
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+//! - units, shards, the per-user limit and the hold time never change after
+//!   creation: Redis stock, holds and per-user counts were laid out by them.
 
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
-use serde::Serialize;
 use sqlx::PgPool;
-use tokio::sync::RwLock;
 
-use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, master_slot_ranges};
-
-/// A sale as configured.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub struct SaleConfig {
-    #[serde(rename = "sale")]
-    pub id: String,
-    pub name: String,
-    pub price_cents: i64,
-    pub units_total: i32,
-    pub per_user_limit: i32,
-    pub shards: i32,
-    pub shard_tags: Vec<String>,
-    pub starts_at: DateTime<Utc>,
-    pub ends_at: Option<DateTime<Utc>>,
-    pub hold_seconds: i32,
-    pub admission_rate: f64,
-    pub admission_factor: f64,
-    /// Edge queue shards (Durable Objects) of the sale's waiting room.
-    pub queue_shards: i32,
-    /// An operator paused admission: the edge's frontier holds (issue 13).
-    pub paused: bool,
-    /// The reservation path's p99 (ms) above which the edge's admission
-    /// controller slows down.
-    pub admission_p99_ms: f64,
-    /// What a join must bring at the edge: `none`, `pow:<bits>` or
-    /// `turnstile` (DESIGN.md "Bot check at join").
-    pub bot_check: String,
-    /// Joins the edge accepts per address per minute in this sale.
-    pub join_limit: i32,
-    /// ISO 4217 code of `price_cents`' currency (the page formats prices in it).
-    pub currency: String,
-    /// The drand-style beacon the draw's key takes a round of (DESIGN.md
-    /// "The draw, v2"); `None`: no beacon.
-    pub draw_beacon: Option<String>,
-}
-
-/// Whether a sale accepts reservations at `now`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Upcoming,
-    Live,
-    SoldOut,
-    Ended,
-}
-
-impl SaleConfig {
-    pub fn phase_by_time(&self, now: DateTime<Utc>) -> Phase {
-        if now < self.starts_at {
-            Phase::Upcoming
-        } else if self.ends_at.is_some_and(|e| now >= e) {
-            Phase::Ended
-        } else {
-            Phase::Live
-        }
-    }
-}
-
-/// Sale ids travel in URLs, keys and reservation ids: keep them plain.
-pub fn valid_sale_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
-}
-
-/// A loaded sale: config plus the keys of each shard.
-#[derive(Debug)]
-pub struct Sale {
-    pub config: SaleConfig,
-    pub shards: Vec<ShardKeys>,
-}
-
-impl Sale {
-    fn new(config: SaleConfig, prefix: &str) -> Self {
-        let shards = config
-            .shard_tags
-            .iter()
-            .map(|t| ShardKeys::new(prefix, t))
-            .collect();
-        Sale { config, shards }
-    }
-}
-
-/// The in-process sold-out flag of one sale.
-#[derive(Debug, Default)]
-pub struct SoldOutFlag {
-    set: AtomicBool,
-    /// When the flag was last confirmed against Redis (ms since `epoch`).
-    checked_ms: AtomicU64,
-}
-
-/// How long a set sold-out flag is trusted before Redis is asked again.
-pub const SOLD_OUT_RECHECK: Duration = Duration::from_secs(1);
-
-impl SoldOutFlag {
-    /// `true` when the flag is set and was confirmed less than 1 s ago.
-    pub fn is_fresh(&self, now: Instant, epoch: Instant) -> bool {
-        // saturating: another thread may have stamped a later instant.
-        self.set.load(Ordering::Acquire)
-            && (now.duration_since(epoch).as_millis() as u64)
-                .saturating_sub(self.checked_ms.load(Ordering::Acquire))
-                < SOLD_OUT_RECHECK.as_millis() as u64
-    }
-    pub fn is_set(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-    /// Returns true when this call flipped the flag.
-    pub fn set(&self, value: bool, now: Instant, epoch: Instant) -> bool {
-        self.checked_ms.store(
-            now.duration_since(epoch).as_millis() as u64,
-            Ordering::Release,
-        );
-        self.set.swap(value, Ordering::AcqRel) != value
-    }
-}
-
-struct Cached {
-    sale: Option<Arc<Sale>>,
-    fetched: Instant,
-    /// A background reload is under way (at most one per sale).
-    reloading: bool,
-}
-
-type Cache = Arc<RwLock<HashMap<String, Cached>>>;
-
-/// How long a loaded sale config is reused before Postgres is asked again.
-const CONFIG_TTL: Duration = Duration::from_secs(5);
-/// Unknown sale ids are remembered briefly so junk ids cannot hammer Postgres.
-const NEGATIVE_TTL: Duration = Duration::from_secs(1);
-/// At most this many first loads (mostly unknown ids) are remembered.
-pub const FIRST_LOAD_CAPACITY: u64 = 10_000;
-
-/// First loads of a sale id, single flight: `Some` moves into the config
-/// map at once; `None` (no such sale) stays here for [`NEGATIVE_TTL`].
-type FirstLoads = moka::future::Cache<String, Option<Arc<Sale>>>;
-
-/// Turns a shared error (a single-flight load's, handed to every waiter)
-/// back into an owned one of the same kind, so callers still tell an
-/// unreachable Postgres (503) from anything else.
-fn unshare(e: Arc<sqlx::Error>) -> sqlx::Error {
-    Arc::try_unwrap(e).unwrap_or_else(|e| match &*e {
-        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
-        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
-        sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())),
-        other => sqlx::Error::Protocol(other.to_string()),
-    })
-}
-
-/// Sale configs by id, loaded from Postgres on demand.
-pub struct SaleRegistry {
-    pool: PgPool,
-    prefix: String,
-    cache: Cache,
-    first_loads: FirstLoads,
-    flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
-    pub epoch: Instant,
-}
-
-impl SaleRegistry {
-    pub fn new(pool: PgPool, prefix: String) -> Self {
-        Self::with_first_load_capacity(pool, prefix, FIRST_LOAD_CAPACITY)
-    }
-
-    /// As [`SaleRegistry::new`], remembering at most `capacity` first loads.
-    pub fn with_first_load_capacity(pool: PgPool, prefix: String, capacity: u64) -> Self {
-        SaleRegistry {
-            pool,
-            prefix,
-            cache: Arc::new(RwLock::new(HashMap::new())),
-            first_loads: moka::future::Cache::builder()
-                .max_capacity(capacity)
-                .time_to_live(NEGATIVE_TTL)
-                .build(),
-            flags: Default::default(),
-            epoch: Instant::now(),
-        }
-    }
-
-    /// The sale, or `None` if it does not exist.
-    ///
-    /// A known sale's config older than its TTL is still answered at once
-    /// while one background task reloads it: the reservation path never
-    /// waits on Postgres for a sale it has seen, and keeps selling from Redis
-    /// while Postgres is down (the config it sells by is at most as old as
-    /// the outage). Only the first sight of a sale id reads Postgres inline.
-    pub async fn get(&self, id: &str) -> Result<Option<Arc<Sale>>, sqlx::Error> {
-        if !valid_sale_id(id) {
-            return Ok(None);
-        }
-        if let Some(c) = self.cache.read().await.get(id)
-            && (c.reloading || c.fetched.elapsed() < CONFIG_TTL)
-        {
-            return Ok(c.sale.clone());
-        }
-        let stale = {
-            let mut cache = self.cache.write().await;
-            match cache.get_mut(id) {
-                Some(c) => {
-                    if !c.reloading && c.fetched.elapsed() >= CONFIG_TTL {
-                        c.reloading = true;
-                        tokio::spawn(reload(
-                            self.pool.clone(),
-                            self.prefix.clone(),
-                            self.cache.clone(),
-                            id.to_string(),
-                        ));
-                    }
-                    c.sale.clone()
-                }
-                None => None,
-            }
-        };
-        if stale.is_some() {
-            return Ok(stale);
-        }
-        let (pool, prefix) = (self.pool.clone(), self.prefix.clone());
-        let owned = id.to_string();
-        let sale = self
-            .first_loads
-            .try_get_with(id.to_string(), async move {
-                metrics::counter!("flashsale_sale_config_loads_total").increment(1);
-                load_sale(&pool, &owned)
-                    .await
-                    .map(|c| c.map(|cfg| Arc::new(Sale::new(cfg, &prefix))))
-            })
-            .await
-            .map_err(unshare)?;
-        if let Some(sale) = &sale {
-            self.cache
-                .write()
-                .await
-                .entry(id.to_string())
-                .or_insert_with(|| Cached {
-                    sale: Some(sale.clone()),
-                    fetched: Instant::now(),
-                    reloading: false,
-                });
-        }
-        Ok(sale)
-    }
-
-    /// First loads remembered now (mostly unknown ids); bounded by the
-    /// registry's capacity.
-    pub async fn first_loads_cached(&self) -> u64 {
-        self.first_loads.run_pending_tasks().await;
-        self.first_loads.entry_count()
-    }
-
-    /// The sold-out flag of a sale (created unset on first use).
-    pub fn flag(&self, id: &str) -> Arc<SoldOutFlag> {
-        self.flags
-            .lock()
-            .expect("flag map lock is never poisoned: no panics while held")
-            .entry(id.to_string())
-            .or_default()
-            .clone()
-    }
-
-    /// The sales the background workers (settlement, sweep, reconciler)
-    /// look after: from a day before the start until a day after the last
-    /// hold could have expired, so a settlement backlog left by a long
-    /// Postgres outage still drains after the sale has ended.
-    pub async fn active(&self) -> Result<Vec<Arc<Sale>>, sqlx::Error> {
-        let rows: Vec<SaleConfig> = sqlx::query_as(&format!(
-            "SELECT {COLUMNS} FROM sales
-             WHERE starts_at <= now() + interval '1 day'
-               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) + interval '1 day' > now())"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|c| Arc::new(Sale::new(c, &self.prefix)))
-            .collect())
-    }
-}
-
-const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
-     starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms, bot_check, join_limit, currency, draw_beacon";
-
-/// Reloads one cached sale config; on failure keeps the old one and tries
-/// again after the TTL.
-async fn reload(pool: PgPool, prefix: String, cache: Cache, id: String) {
-    let loaded = load_sale(&pool, &id).await;
-    let mut cache = cache.write().await;
-    let Some(c) = cache.get_mut(&id) else { return };
-    c.reloading = false;
-    c.fetched = Instant::now();
-    match loaded {
-        Ok(Some(cfg)) => c.sale = Some(Arc::new(Sale::new(cfg, &prefix))),
-        // A sale is never deleted while it sells; keep what we had.
-        Ok(None) => {}
-        Err(e) => {
-            metrics::counter!("flashsale_sale_config_reload_failures_total").increment(1);
-            tracing::warn!(sale = %id, error = %e, "cannot reload sale config; selling by the cached one");
-        }
-    }
-}
-
-async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
-}
+use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, ensure_group, master_slot_ranges};
+use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, shard_units, valid_sale_id};
 
 /// What `origin sale create` asks for.
 #[derive(Debug, Clone)]
@@ -620,12 +299,6 @@ pub async fn change_sale(
     Ok(changed)
 }
 
-/// Units of shard `i` when `units` are split over `shards` (the first
-/// `units % shards` shards get one more).
-pub fn shard_units(units: i32, shards: i32, i: i32) -> i32 {
-    units / shards + i32::from(i < units % shards)
-}
-
 /// Writes the sale to Postgres and initializes its stock in Redis.
 pub async fn create_sale(
     pool: &PgPool,
@@ -694,7 +367,7 @@ pub async fn create_sale(
         if !ok {
             return Err(CreateError::RedisKeysExist(spec.id.clone()));
         }
-        crate::reserve::store::ensure_group(conn, k).await?;
+        ensure_group(conn, k).await?;
     }
     tx.commit().await?;
     load_sale(pool, &spec.id)
@@ -705,16 +378,6 @@ pub async fn create_sale(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shard_units_add_up() {
-        for units in 1..200 {
-            for shards in 1..=units.min(17) {
-                let sum: i32 = (0..shards).map(|i| shard_units(units, shards, i)).sum();
-                assert_eq!(sum, units);
-            }
-        }
-    }
 
     fn spec() -> SaleSpec {
         SaleSpec {
@@ -909,15 +572,5 @@ mod tests {
             let err = s.validate().unwrap_err().to_string();
             assert!(err.contains(flag), "{err} should name {flag}");
         }
-    }
-
-    #[test]
-    fn sale_ids() {
-        assert!(valid_sale_id("drop-1"));
-        assert!(!valid_sale_id("Drop"));
-        assert!(!valid_sale_id("-x"));
-        assert!(!valid_sale_id("a.b"));
-        assert!(!valid_sale_id(""));
-        assert!(!valid_sale_id(&"a".repeat(65)));
     }
 }
