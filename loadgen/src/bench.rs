@@ -506,7 +506,7 @@ pub async fn bench_settle(a: BenchSettleArgs) -> anyhow::Result<()> {
     let state = AppState::connect(Settings::from_env()?).await?;
     let batch = a
         .batch
-        .unwrap_or(origin::settlement::SettleConfig::new(String::new()).batch);
+        .unwrap_or(origin::settle::settler::SettleConfig::new(String::new()).batch);
     let batched = settle_rate(&state, "batch", a.holds, batch).await?;
     if a.batched_only {
         println!(

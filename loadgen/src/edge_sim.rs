@@ -943,7 +943,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     // Wait for settlement to drain, then read the truth.
     let sale = state.sales.get(&args.sale).await?.context("sale")?;
     for _ in 0..200 {
-        if origin::settlement::lag(&state.engine, &sale).await? == 0 {
+        if origin::settle::settler::lag(&state.engine, &sale).await? == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -318,7 +318,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             telemetry::init_tracing("info,sqlx=warn");
             let state = AppState::connect(Settings::from_env()?).await?;
             if !once {
-                crate::reconcile::run(
+                crate::settle::reconcile::run(
                     state.engine.clone(),
                     state.pool.clone(),
                     state.sales.clone(),
@@ -331,7 +331,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut reports = Vec::new();
             for sale in state.sales.active().await? {
                 reports.push(
-                    crate::reconcile::reconcile_sale(&state.engine, &state.pool, &sale, true)
+                    crate::settle::reconcile::reconcile_sale(&state.engine, &state.pool, &sale, true)
                         .await?,
                 );
             }
@@ -347,7 +347,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await?
                 .with_context(|| format!("no sale {sale:?}"))?;
             let rebuilt =
-                crate::reconcile::rebuild_sale(&state.engine, &state.pool, &loaded).await?;
+                crate::settle::rebuild::rebuild_sale(&state.engine, &state.pool, &loaded).await?;
             println!(
                 "{}",
                 serde_json::json!({"sale": sale, "rebuilt_shards": rebuilt})

@@ -18,7 +18,7 @@ use crate::configuration::{AckMode, Settings};
 use crate::db::{migrate_or_check, pg_pool};
 use crate::reserve::engine::Engine;
 use crate::sales::registry::SaleRegistry;
-use crate::settlement::{SettleConfig, Settler};
+use crate::settle::settler::{SettleConfig, Settler};
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store;
 use crate::telemetry;

@@ -34,7 +34,8 @@ use crate::db::pg_pool;
 use crate::reserve::engine::Engine;
 use crate::sales::registry::SaleRegistry;
 use crate::reserve::scripts::Scripts;
-use crate::{outbox, reconcile, state, sweep};
+use crate::settle::{reconcile, sweep};
+use crate::{outbox, state};
 
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]

@@ -174,7 +174,7 @@ async fn kill_the_primary(ack: AckMode) -> KillReport {
         if Instant::now() >= deadline {
             // Seen once in CI (1 of 10 runs): say what settlement waits on.
             let sale = app.state.sales.get("fo").await.unwrap().unwrap();
-            let lag = origin::settlement::lag(&app.state.engine, &sale).await;
+            let lag = origin::settle::settler::lag(&app.state.engine, &sale).await;
             let replication = setup.replication_of(new);
             panic!(
                 "{missing} acknowledged holds not settled into Postgres 15 s after the \

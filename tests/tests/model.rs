@@ -694,7 +694,7 @@ async fn apply(
         }
         Op::Retry { .. } => unreachable!("resolved to a Reserve above"),
         Op::Sweep => {
-            origin::sweep::sweep_sale(engine, sale)
+            origin::settle::sweep::sweep_sale(engine, sale)
                 .await
                 .map_err(|e| e.to_string())?;
         }
@@ -772,7 +772,7 @@ async fn apply(
                 .keys_matching(&format!("{}*", k.stock.trim_end_matches("stock")))
                 .await;
             let _: () = conn.del(names).await.unwrap();
-            let rebuilt = origin::reconcile::rebuild_sale(engine, &app.state.pool, sale)
+            let rebuilt = origin::settle::rebuild::rebuild_sale(engine, &app.state.pool, sale)
                 .await
                 .map_err(|e| e.to_string())?;
             check!(rebuilt == vec![i], "rebuilt {rebuilt:?}, lost {i}");

@@ -963,7 +963,7 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
         )
     };
     let before = holds().await;
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, false)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, false)
         .await
         .unwrap();
     let mut seen = r.state_mismatches.clone();
@@ -977,14 +977,14 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
         .execute(&mut *busy)
         .await
         .unwrap();
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, true)
         .await
         .unwrap();
     assert_eq!(r.aligned, vec![b.clone()], "{r:?}");
     assert_eq!(redis_hold(&app, "tamper", &a).await.unwrap().1["s"], "paid");
     busy.rollback().await.unwrap();
     // ...and repaired from Postgres once nothing is in flight.
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, true)
         .await
         .unwrap();
     assert_eq!(r.aligned, vec![a.clone()], "{r:?}");
@@ -1061,7 +1061,7 @@ async fn reconciler_checks_paid_states_without_reading_every_hold() {
     }
     let sale = app.state.sales.get("paidlook").await.unwrap().unwrap();
     let round = async || {
-        origin::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
+        origin::settle::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
             .await
             .unwrap()
     };

@@ -624,7 +624,7 @@ async fn same_key_with_another_qty_is_refused_and_never_passes_the_limit() {
     assert_eq!(s, 202, "{b}");
     let id = b["reservation_id"].as_str().unwrap().to_string();
     for _ in 0..100 {
-        if origin::settlement::lag(&app.state.engine, &sale)
+        if origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap()
             == 0

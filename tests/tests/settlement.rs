@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use origin::configuration::RedisTarget;
-use origin::reconcile;
+use origin::settle::{rebuild, reconcile};
 use origin::startup::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
@@ -18,7 +18,7 @@ const NO_WORKERS: Workers = Workers::NONE;
 async fn wait_settled(app: &TestApp, sale: &str) {
     let s = app.state.sales.get(sale).await.unwrap().unwrap();
     for _ in 0..300 {
-        if origin::settlement::lag(&app.state.engine, &s)
+        if origin::settle::settler::lag(&app.state.engine, &s)
             .await
             .unwrap()
             == 0
@@ -279,7 +279,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
         "dead letters are a metric to alarm on"
     );
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap(),
         0,
@@ -564,7 +564,7 @@ async fn redis_losing_its_data_mid_sale_is_503_then_rebuilt_and_selling_goes_on(
     assert_eq!(answer.0, 503, "never sells blind: {}", answer.1);
     assert_eq!(answer.1["error"]["code"], "sale_unavailable");
     let sale = app.state.sales.get("cold").await.unwrap().unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0, 1]);
@@ -651,7 +651,7 @@ async fn a_release_settled_before_its_hold_leaves_no_phantom_row() {
     let o = second.claim_shard(&sale, 0).await.unwrap();
     assert_eq!(o.entries, 1, "the pending hold is claimed");
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap(),
         0
@@ -703,7 +703,7 @@ async fn allow_writes(app: &TestApp) {
 async fn release_pending_then_new_hold(
     app: &TestApp,
     id: &str,
-    first: &origin::settlement::Settler,
+    first: &origin::settle::settler::Settler,
 ) -> (std::sync::Arc<origin::sales::sale::Sale>, String, String) {
     app.create_sale(sale_spec(id, 1, 1, 1)).await;
     let sale = app.state.sales.get(id).await.unwrap().unwrap();
@@ -741,7 +741,7 @@ async fn status_of(app: &TestApp, id: &str) -> String {
 /// The end every order of settlement must reach: everything settled,
 /// alice's hold cancelled, bob's (the 202 he got) live in both stores.
 async fn bobs_hold_stands(app: &TestApp, sale: &origin::sales::sale::Sale, h1: &str, h2: &str) {
-    let lag = origin::settlement::lag(&app.state.engine, sale).await;
+    let lag = origin::settle::settler::lag(&app.state.engine, sale).await;
     assert_eq!(lag.unwrap(), 0, "everything settled");
     assert_eq!(status_of(app, h1).await, "cancelled");
     assert_eq!(status_of(app, h2).await, "settled", "bob's 202 holds");
@@ -900,7 +900,7 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
     assert_eq!(s, 202, "{b}");
     let ivy_id = b["reservation_id"].as_str().unwrap().to_string();
     assert!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap()
             > 0
@@ -911,7 +911,7 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
         .reserve("lagging", Some(&ivy_t), Some("i2"), r#"{"qty":1}"#)
         .await;
     assert_eq!(s, 503, "never sells blind");
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1215,7 +1215,7 @@ async fn a_cold_rebuild_of_a_hundred_thousand_holds_never_blocks_redis() {
     const HOLDS: usize = 100_000;
     let (_redis, app, sale, mut conn) = a_big_shard_lost("huge", HOLDS as i64, 100_000).await;
     log_slow_commands_from_now(&mut conn).await;
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     let slow = slow_commands(&mut conn).await;
@@ -1241,7 +1241,7 @@ async fn a_rebuild_writes_its_entries_over_a_key_that_exists_again() {
         .hset_multiple(&k.users, &[("acct1", 5), ("someone-else", 2)])
         .await
         .unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1303,7 +1303,7 @@ async fn a_staged_copy_that_is_not_all_there_is_never_made_live() {
     assert_eq!((stock, records), (None, 0), "the shard stays lost");
     let left = app.keys_matching("*:rebuild:*").await;
     assert!(left.is_empty(), "staging keys left: {left:?}");
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1320,8 +1320,8 @@ async fn two_rebuilds_of_one_lost_shard_at_once_rebuild_it_once() {
     const HOLDS: usize = 20_000;
     let (_redis, app, sale, mut conn) = a_big_shard_lost("twice", HOLDS as i64, 1_000).await;
     let (a, b) = tokio::join!(
-        reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
-        reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
+        rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
+        rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
     );
     let mut outcomes = vec![a.unwrap(), b.unwrap()];
     outcomes.sort();
@@ -1608,7 +1608,7 @@ async fn while_a_shard_has_lost_its_keys_purchase_cancel_and_payment_answer_503(
     assert_eq!(ask_while_gone(&app, webhook).await, unavailable, "payment");
 
     let sale = app.state.sales.get("blank").await.unwrap().unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0, 1]);
@@ -1787,12 +1787,12 @@ async fn every_reservation_row_names_a_sale_postgres_has() {
         .unwrap();
     let r = app.state.settler().settle_shard(&gone, 0).await;
     assert!(
-        matches!(&r, Err(origin::settlement::SettleError::UnknownSale(s)) if s == "gone"),
+        matches!(&r, Err(origin::settle::settler::SettleError::UnknownSale(s)) if s == "gone"),
         "{r:?}"
     );
     assert_eq!(rows("gone").await, 0, "a row for a sale Postgres lacks");
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &gone)
+        origin::settle::settler::lag(&app.state.engine, &gone)
             .await
             .unwrap(),
         1,

@@ -2,7 +2,7 @@
 //! cancel's 200, a payment's confirm) counts only once a replica has it, so
 //! a primary killed right after the answer loses nothing it acknowledged.
 //! The settlement worker asks the same of every stream entry before it
-//! commits it to Postgres (`crate::settlement`), so Postgres only ever
+//! commits it to Postgres (`crate::settle::settler`), so Postgres only ever
 //! learns what survives a failover.
 //!
 //! # Design: group commit on a connection of its own

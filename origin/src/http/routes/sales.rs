@@ -108,7 +108,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     if phase == Phase::Live && sold_out {
         phase = Phase::SoldOut;
     }
-    let lag = crate::settlement::lag(&app.engine, sale).await?;
+    let lag = crate::settle::settler::lag(&app.engine, sale).await?;
     let signal = app.load.signal();
     // "Percent sold" as a shopper reads it: units no longer for sale.
     let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;

@@ -28,7 +28,7 @@
 //! wait for it). Otherwise nothing is written and the entries
 //! stay pending, read again by this consumer (or claimed): Postgres never
 //! learns a hold or release that a failover can take back. (With `local` it
-//! may; the reconciler repairs what a failover took back, `crate::reconcile`.)
+//! may; the reconciler repairs what a failover took back, `crate::settle::reconcile`.)
 //!
 //! Stream order is kept: a hold is refused only once every earlier entry
 //! of its stream is settled (an unsettled release may be what freed its

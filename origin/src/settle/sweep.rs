@@ -110,7 +110,7 @@ pub async fn run(
             }
         }
         for sale in &active {
-            if let Ok(lag) = crate::settlement::lag(&engine, sale).await {
+            if let Ok(lag) = crate::settle::settler::lag(&engine, sale).await {
                 metrics::gauge!("flashsale_settlement_lag", "sale" => sale.config.id.clone())
                     .set(lag as f64);
             }
