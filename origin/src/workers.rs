@@ -35,7 +35,9 @@ use crate::reserve::engine::Engine;
 use crate::sales::registry::SaleRegistry;
 use crate::reserve::scripts::Scripts;
 use crate::settle::{reconcile, sweep};
-use crate::{outbox, state};
+use crate::events::relay;
+use crate::events::sink::RedisStreamSink;
+use crate::state;
 
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]
@@ -173,9 +175,9 @@ async fn run(
         tasks.spawn(settler.run(stop.clone()));
     }
     if which.relay {
-        tasks.spawn(outbox::run(
+        tasks.spawn(relay::run(
             pool.clone(),
-            outbox::RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
+            RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
             stop.clone(),
         ));
     }

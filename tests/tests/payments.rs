@@ -332,13 +332,13 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
     .await
     .unwrap();
     let mut conn = app.redis().await;
-    let sink = origin::outbox::RedisStreamSink {
+    let sink = origin::events::sink::RedisStreamSink {
         conn: conn.clone(),
         stream: format!("{}:private-events", app.prefix),
     };
     // The in-process relay is off: this call is the only one that can take
     // the row, so it must publish it (a relay that publishes nothing fails).
-    let published = origin::outbox::relay_once(&app.state.pool, &sink, 10, true)
+    let published = origin::events::relay::relay_once(&app.state.pool, &sink, 10, true)
         .await
         .unwrap();
     assert_eq!(published, 1, "published once before the \"crash\"");
@@ -349,7 +349,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         // until Postgres notices the closed connection.
         let mut again = 0;
         for _ in 0..50 {
-            again = origin::outbox::relay_once(&app.state.pool, &sink, 10, false)
+            again = origin::events::relay::relay_once(&app.state.pool, &sink, 10, false)
                 .await
                 .unwrap();
             if again > 0 {
@@ -361,7 +361,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         let copies: i64 = conn.xlen(&sink.stream).await.unwrap();
         assert_eq!(copies, 2);
         let mut handled = Vec::new();
-        let n = origin::outbox::consume_once(
+        let n = origin::events::consume::consume_once(
             &app.state.pool,
             &mut conn,
             &sink.stream,
@@ -371,7 +371,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         .await
         .unwrap();
         assert_eq!((n, handled), (1, vec!["evt_x".to_string()]));
-        let n = origin::outbox::consume_once(
+        let n = origin::events::consume::consume_once(
             &app.state.pool,
             &mut conn,
             &sink.stream,
