@@ -702,7 +702,7 @@ async fn pay(s: &Edge, id: &str, admit: &str) -> anyhow::Result<bool> {
         "data": {"payment_id": a.body["payment_id"], "amount_cents": a.body["amount_cents"]},
     });
     let t0 = Instant::now();
-    let r = origin::payments::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
+    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
     record_latency(
         s,
         "webhook (origin)",

@@ -254,7 +254,7 @@ async fn pay(s: &Shared, id: &str, token: &str) -> anyhow::Result<bool> {
         "type": "payment.succeeded",
         "data": {"payment_id": p["payment_id"], "amount_cents": p["amount_cents"]},
     });
-    let r = origin::payments::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
+    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
     let body: Value = r.json().await.unwrap_or(Value::Null);
     Ok(body["result"] == "paid")
 }

@@ -392,7 +392,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "data": {"payment_id": payment, "amount_cents": amount},
             });
             let res =
-                crate::payments::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
+                crate::payments::webhook::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
                     .await?;
             let status = res.status();
             println!("{status} {}", res.text().await.unwrap_or_default());

@@ -408,7 +408,7 @@ async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pay
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
     let sign = || {
-        Some(origin::payments::sign_webhook(
+        Some(origin::payments::webhook::sign_webhook(
             tests::WEBHOOK_SECRET,
             tests::now_secs(),
             event.as_bytes(),

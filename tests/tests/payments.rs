@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use origin::payments::sign_webhook;
+use origin::payments::webhook::sign_webhook;
 use origin::startup::Workers;
 use redis::AsyncCommands;
 use serde_json::{Value, json};

@@ -1385,7 +1385,7 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
     let sig =
-        origin::payments::sign_webhook(tests::WEBHOOK_SECRET, tests::now_secs(), event.as_bytes());
+        origin::payments::webhook::sign_webhook(tests::WEBHOOK_SECRET, tests::now_secs(), event.as_bytes());
     let (s, body) = app.webhook(&event, Some(sig)).await;
     assert_eq!((s, body["result"].as_str()), (200, Some("paid")), "{body}");
 
@@ -1572,7 +1572,7 @@ async fn while_a_shard_has_lost_its_keys_purchase_cancel_and_payment_answer_503(
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
     let webhook = || {
-        let sig = origin::payments::sign_webhook(
+        let sig = origin::payments::webhook::sign_webhook(
             tests::WEBHOOK_SECRET,
             tests::now_secs(),
             event.as_bytes(),

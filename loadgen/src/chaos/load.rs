@@ -253,7 +253,7 @@ impl Shared {
         let body = serde_json::to_vec(event).expect("json");
         let url = format!("{}/webhooks/payments", self.args.origin);
         self.tried(&t, || {
-            let sig = origin::payments::sign_webhook(&self.secret, origin::http::auth::now_secs(), &body);
+            let sig = origin::payments::webhook::sign_webhook(&self.secret, origin::http::auth::now_secs(), &body);
             self.client
                 .post(&url)
                 .header("content-type", "application/json")

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::http::error::ApiError;
-use crate::payments::Event;
+use crate::payments::webhook::Event;
 
 /// Why a body is not the one asked for, before any value is looked at.
 enum Shape {

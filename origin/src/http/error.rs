@@ -14,7 +14,7 @@ use token::TokenError;
 
 /// Every error `code` the origin's API can answer, for the OpenAPI document
 /// (`crate::http::openapi`). The token codes are `token::TokenError::code()`'s,
-/// the signature codes `crate::payments::SignatureError::code()`'s.
+/// the signature codes `crate::payments::webhook::SignatureError::code()`'s.
 pub const ERROR_CODES: &[&str] = &[
     "amount_mismatch",
     "body_too_large",
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn every_token_and_signature_code_is_listed() {
-        use crate::payments::SignatureError as S;
+        use crate::payments::webhook::SignatureError as S;
         use token::TokenError as T;
         let token = [
             T::Malformed,

@@ -1,7 +1,7 @@
 //! The origin's HTTP API as an OpenAPI 3.1 document, generated from the
 //! code with utoipa: the paths from the `#[utoipa::path]` attributes on the
 //! handlers in `crate::http::routes`, the request bodies from the types that read
-//! them (`crate::http::bodies`, `crate::payments::Event`), the answers from the
+//! them (`crate::http::bodies`, `crate::payments::webhook::Event`), the answers from the
 //! types below, and the error codes from [`crate::http::error::ERROR_CODES`].
 //!
 //! Invariants kept here:
@@ -197,7 +197,7 @@ pub struct Payment {
 #[allow(dead_code)]
 pub struct WebhookAnswer {
     received: bool,
-    result: crate::payments::Applied,
+    result: crate::payments::saga::Applied,
 }
 
 /// The dev provider's answer: what the origin's own webhook said.

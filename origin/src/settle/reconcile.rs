@@ -65,7 +65,7 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::payments::{self, Alignment};
+use crate::payments::saga::{self, Alignment};
 use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
 use crate::sales::registry::SaleRegistry;
 use crate::sales::sale::{Sale, shard_units};
@@ -238,11 +238,11 @@ impl From<RebuildError> for ReconcileError {
     }
 }
 
-impl From<payments::AlignError> for ReconcileError {
-    fn from(e: payments::AlignError) -> Self {
+impl From<saga::AlignError> for ReconcileError {
+    fn from(e: saga::AlignError) -> Self {
         match e {
-            payments::AlignError::Db(d) => ReconcileError::Db(d),
-            payments::AlignError::Redis(r) => ReconcileError::Redis(r),
+            saga::AlignError::Db(d) => ReconcileError::Db(d),
+            saga::AlignError::Redis(r) => ReconcileError::Redis(r),
         }
     }
 }
@@ -461,7 +461,7 @@ async fn repair_locked(
     let (Some(k), Some(home)) = (sale.shards.get(i), sale.shards.get(r.home as usize)) else {
         return Ok(Repair::Skipped("unknown shard"));
     };
-    let Some(status) = payments::lock_reservation_rows(tx, &r.id).await? else {
+    let Some(status) = saga::lock_reservation_rows(tx, &r.id).await? else {
         return Ok(Repair::Skipped("locked"));
     };
     if status.as_deref() != Some(r.status.as_str()) {
@@ -646,7 +646,7 @@ async fn align_state(
     redis_paid: bool,
     report: &mut Report,
 ) -> Result<(), ReconcileError> {
-    match payments::align_hold(pool, engine, sale, id, repair).await? {
+    match saga::align_hold(pool, engine, sale, id, repair).await? {
         Alignment::Agreed | Alignment::Busy => {}
         a => {
             tracing::warn!(sale = %sale.config.id, reservation = %id, redis_paid, outcome = ?a, repaired = repair, "reconcile: a hold's paid state disagreed with Postgres");

@@ -14,7 +14,9 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
-use crate::payments::{self, Applied, ApplyError, PaymentProvider};
+use crate::payments::provider::{DevProvider, PaymentProvider};
+use crate::payments::saga::{Applied, ApplyError, apply_event};
+use crate::payments::webhook::{Event, post_webhook, verify_webhook};
 use crate::http::routes::reservations::find_owned;
 use crate::state::AppState;
 
@@ -93,7 +95,7 @@ pub async fn purchase(
         message: "the reservation is being recorded; retry shortly".into(),
         retry_after: 1,
     })?;
-    let provider = payments::DevProvider;
+    let provider = DevProvider;
     let mut tx = app.pool.begin().await?;
     // The row lock makes concurrent purchases of one reservation take turns,
     // so a key's first use on this reservation is decided once.
@@ -234,7 +236,7 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
     post,
     path = "/webhooks/payments",
     tag = "payments",
-    request_body(content = crate::payments::Event, content_type = "application/json"),
+    request_body(content = Event, content_type = "application/json"),
     security(("payment_signature" = [])),
     responses(
         (status = 200, description = "Received (a duplicate changes nothing)", body = crate::http::openapi::WebhookAnswer),
@@ -281,7 +283,7 @@ pub async fn webhook(
     let header = headers
         .get("payment-signature")
         .and_then(|v| v.to_str().ok());
-    payments::verify_webhook(&secrets, header, &body, crate::http::auth::now_secs()).map_err(|e| {
+    verify_webhook(&secrets, header, &body, crate::http::auth::now_secs()).map_err(|e| {
         ApiError::Unauthorized {
             code: e.code(),
             message: e.to_string(),
@@ -289,7 +291,7 @@ pub async fn webhook(
     })?;
     let event = crate::http::bodies::payment_event(&body)?;
     let sales = app.sales.clone();
-    let applied = payments::apply_event(
+    let applied = apply_event(
         &app.pool,
         &app.engine,
         async move |id: &str| sales.get(id).await.ok().flatten(),
@@ -357,7 +359,7 @@ pub async fn dev_complete(
         "data": {"payment_id": payment_id, "amount_cents": amount},
     });
     let origin = format!("http://127.0.0.1:{}", app.port());
-    let res = payments::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
+    let res = post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
         .await
         .map_err(|e| ApiError::Internal(e.into()))?;
     let status = res.status().as_u16();
