@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use origin::configuration::Settings;
+use origin::ops::configuration::Settings;
 use origin::sales::spec::SaleSpec;
-use origin::state::AppState;
+use origin::ops::state::AppState;
 use serde_json::json;
 use token::{Claims, KeyRing, TokenType};
 
@@ -28,7 +28,7 @@ pub struct TokensArgs {
 }
 
 fn admission_ring() -> anyhow::Result<KeyRing> {
-    Ok(origin::configuration::key_ring("ADMISSION_TOKEN_KEYS")?)
+    Ok(origin::ops::configuration::key_ring("ADMISSION_TOKEN_KEYS")?)
 }
 
 pub fn now_secs() -> u64 {

@@ -2,17 +2,10 @@
 //! Postgres as the truth behind it. See each module's doc for the
 //! invariants it keeps; `reserve::engine` holds the core protocol.
 
-pub mod audit;
-pub mod cli;
-pub mod configuration;
-pub mod db;
 pub mod events;
 pub mod http;
+pub mod ops;
 pub mod payments;
 pub mod reserve;
 pub mod sales;
 pub mod settle;
-pub mod startup;
-pub mod state;
-pub mod telemetry;
-pub mod workers;

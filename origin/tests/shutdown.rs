@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use origin::sales::sale::Sale;
-use origin::startup::Workers;
+use origin::ops::startup::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, OriginProcess, TestApp, heavy, sale_spec};
 

@@ -13,11 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use origin::configuration::{AckMode, RedisTarget, Settings};
+use origin::ops::configuration::{AckMode, RedisTarget, Settings};
 use origin::sales::sale::SaleConfig;
 use origin::sales::spec::SaleSpec;
-use origin::startup::{Application, Workers};
-use origin::state::AppState;
+use origin::ops::startup::{Application, Workers};
+use origin::ops::state::AppState;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -230,7 +230,7 @@ impl TestApp {
 
     pub async fn spawn_with(opts: AppOptions) -> TestApp {
         if std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0") {
-            origin::telemetry::init_tracing("info,sqlx=warn");
+            origin::ops::telemetry::init_tracing("info,sqlx=warn");
         }
         let db = TestDb::create().await;
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);

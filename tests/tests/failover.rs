@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use origin::configuration::{AckMode, RedisTarget};
+use origin::ops::configuration::{AckMode, RedisTarget};
 use serde_json::Value;
 use tests::{AppOptions, RedisServer, SentinelSetup, TestApp, heavy, sale_spec};
 

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use origin::configuration::RedisTarget;
-use origin::startup::Workers;
+use origin::ops::configuration::RedisTarget;
+use origin::ops::startup::Workers;
 use redis::AsyncCommands;
 use serde_json::Value;
 use tests::{AppOptions, RaceResult, RedisCluster, RedisServer, TestApp, race, sale_spec};

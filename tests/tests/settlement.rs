@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use origin::configuration::RedisTarget;
+use origin::ops::configuration::RedisTarget;
 use origin::settle::{rebuild, reconcile};
-use origin::startup::Workers;
+use origin::ops::startup::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
 

@@ -745,7 +745,7 @@ impl RowArgs {
 /// writes the row.
 pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
     let state =
-        origin::state::AppState::connect(origin::configuration::Settings::from_env()?).await?;
+        origin::ops::state::AppState::connect(origin::ops::configuration::Settings::from_env()?).await?;
     let sale = state
         .sales
         .get(&args.sale)
@@ -773,7 +773,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
 pub async fn wait_quiet(sale_id: &str, max: std::time::Duration) -> anyhow::Result<()> {
     use std::time::Instant;
     let state =
-        origin::state::AppState::connect(origin::configuration::Settings::from_env()?).await?;
+        origin::ops::state::AppState::connect(origin::ops::configuration::Settings::from_env()?).await?;
     let deadline = Instant::now() + max;
     // (Postgres' unpaid reservations while Redis is quiet, since when)
     let mut stranded: Option<(Vec<String>, Instant)> = None;

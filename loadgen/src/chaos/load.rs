@@ -412,7 +412,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.accounts > 0 && args.max_qty >= 1,
         "accounts and max-qty ≥ 1"
     );
-    let ring = origin::configuration::key_ring("ADMISSION_TOKEN_KEYS")?;
+    let ring = origin::ops::configuration::key_ring("ADMISSION_TOKEN_KEYS")?;
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET")
         .map_err(|_| anyhow::anyhow!("PAYMENT_WEBHOOK_SECRET is not set"))?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Entry>();

@@ -9,7 +9,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
 use crate::http::routes::{health, payments, reservations, sales};
-use crate::state::AppState;
+use crate::ops::state::AppState;
 
 /// The origin's HTTP API. `/metrics` is here unless an admin address
 /// (`ORIGIN_METRICS_ADDR`) serves it apart ([`admin_router`]).
@@ -39,7 +39,7 @@ pub fn router(state: AppState) -> Router {
             post(payments::dev_complete),
         )
         .fallback(health::not_found);
-    crate::telemetry::access_log(api).with_state(state)
+    crate::ops::telemetry::access_log(api).with_state(state)
 }
 
 /// The admin listener's routes: `/metrics` and `/healthz` (liveness of a

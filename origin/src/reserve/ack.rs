@@ -50,7 +50,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::configuration::RedisTarget;
+use crate::ops::configuration::RedisTarget;
 use crate::reserve::store::{self, ShardKeys};
 
 /// The barrier script (`lua/ack.lua`), loaded on each new connection.

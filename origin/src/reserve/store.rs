@@ -14,7 +14,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::configuration::RedisTarget;
+use crate::ops::configuration::RedisTarget;
 use crate::reserve::failover::{SentinelConn, SentinelSource};
 
 /// A connection to any deployment shape; the code path above it is the same.

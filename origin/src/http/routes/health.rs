@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::http::error::ApiError;
-use crate::state::AppState;
+use crate::ops::state::AppState;
 
 /// Liveness: no dependencies.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
@@ -74,7 +74,7 @@ pub async fn metrics(State(app): State<AppState>) -> Response {
 
 /// `/metrics` of the admin listener: the process's one recorder.
 pub async fn process_metrics() -> Response {
-    prometheus_text(crate::telemetry::metrics_handle().render())
+    prometheus_text(crate::ops::telemetry::metrics_handle().render())
 }
 
 fn prometheus_text(body: String) -> Response {

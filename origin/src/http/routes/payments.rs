@@ -18,7 +18,7 @@ use crate::payments::provider::{DevProvider, PaymentProvider};
 use crate::payments::saga::{Applied, ApplyError, apply_event};
 use crate::payments::webhook::{Event, post_webhook, verify_webhook};
 use crate::http::routes::reservations::find_owned;
-use crate::state::AppState;
+use crate::ops::state::AppState;
 
 #[derive(sqlx::FromRow)]
 struct Payment {

@@ -29,7 +29,7 @@ use crate::http::error::ApiError;
 use crate::http::load::Ended;
 use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::sale::{Phase, Sale};
-use crate::state::AppState;
+use crate::ops::state::AppState;
 
 fn rfc3339_ms(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)

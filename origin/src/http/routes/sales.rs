@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::sales::sale::{Phase, Sale};
-use crate::state::AppState;
+use crate::ops::state::AppState;
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
 /// the summary and reads a summary it cannot get within its own timeout as

@@ -1,5 +1,5 @@
 //! Building and running the origin: the HTTP server on its listener (the
-//! state it serves is [`crate::state`]), the background workers, and
+//! state it serves is [`crate::ops::state`]), the background workers, and
 //! graceful shutdown (SIGINT/SIGTERM: stop accepting, finish in-flight
 //! requests, then stop the workers cleanly, all within a bounded grace).
 //!
@@ -12,12 +12,12 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::configuration::Settings;
-use crate::state::AppState;
+use crate::ops::configuration::Settings;
+use crate::ops::state::AppState;
 use crate::http::router;
-use crate::workers;
+use crate::ops::workers;
 
-pub use crate::workers::Workers;
+pub use crate::ops::workers::Workers;
 
 /// A built, bound, not yet running origin.
 pub struct Application {
@@ -70,7 +70,7 @@ impl Application {
     pub async fn run_until_stopped(self, stop: CancellationToken) -> anyhow::Result<()> {
         let state = self.state;
         let workers_stop = CancellationToken::new();
-        // On a thread of their own, at a lower priority (`crate::workers`).
+        // On a thread of their own, at a lower priority (`crate::ops::workers`).
         let workers = workers::start(&state.settings, self.workers, workers_stop.clone()).await?;
         let _admin = serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?;
         tracing::info!(port = self.port, "origin listening");

@@ -87,8 +87,8 @@ pub fn init_tracing(default_filter: &str) {
             // Colour codes only for a person at a terminal, never in collected logs.
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_target(false);
-        let _ = match crate::configuration::log_format() {
-            Ok(crate::configuration::LogFormat::Json) => builder.json().try_init(),
+        let _ = match crate::ops::configuration::log_format() {
+            Ok(crate::ops::configuration::LogFormat::Json) => builder.json().try_init(),
             _ => builder.try_init(),
         };
     });

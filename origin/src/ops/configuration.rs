@@ -337,7 +337,7 @@ pub struct Settings {
     /// Postgres connections per pool (`serve`: the handlers' and the
     /// workers' pools each).
     pub pg_pool_size: u32,
-    /// How much lower the background workers' thread runs (`crate::workers`).
+    /// How much lower the background workers' thread runs (`crate::ops::workers`).
     pub workers_nice: i32,
     /// After a stop signal: the bound on draining requests and workers.
     pub shutdown_grace: Duration,

@@ -7,16 +7,16 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use secrecy::ExposeSecret;
 
-use crate::configuration::{self, Settings};
-use crate::db;
+use crate::ops::configuration::{self, Settings};
+use crate::ops::db;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::spec::{
     DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
 };
-use crate::startup::{self, Application, Workers};
-use crate::state::AppState;
+use crate::ops::startup::{self, Application, Workers};
+use crate::ops::state::AppState;
+use crate::ops::telemetry;
 use crate::reserve::store;
-use crate::telemetry;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -412,7 +412,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             save,
             from,
         }) => {
-            crate::audit::run(
+            crate::ops::audit::run(
                 edge.as_deref(),
                 sale.as_deref(),
                 from.as_ref(),

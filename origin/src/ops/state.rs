@@ -14,14 +14,14 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
 use crate::reserve::ack::Acker;
-use crate::configuration::{AckMode, Settings};
-use crate::db::{migrate_or_check, pg_pool};
+use crate::ops::configuration::{AckMode, Settings};
+use crate::ops::db::{migrate_or_check, pg_pool};
 use crate::reserve::engine::Engine;
 use crate::sales::registry::SaleRegistry;
 use crate::settle::settler::{SettleConfig, Settler};
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store;
-use crate::telemetry;
+use crate::ops::telemetry;
 
 /// How long a computed sale summary is served from memory.
 pub const SUMMARY_TTL: Duration = Duration::from_secs(1);

@@ -29,15 +29,15 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::configuration::Settings;
-use crate::db::pg_pool;
+use crate::ops::configuration::Settings;
+use crate::ops::db::pg_pool;
 use crate::reserve::engine::Engine;
 use crate::sales::registry::SaleRegistry;
 use crate::reserve::scripts::Scripts;
 use crate::settle::{reconcile, sweep};
 use crate::events::relay;
 use crate::events::sink::RedisStreamSink;
-use crate::state;
+use crate::ops::state;
 
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]
