@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use token::{Claims, KeyRing, TokenType};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::history::{Entry, Op, Writer};
+use crate::chaos::history::{Entry, Op, Writer};
 use origin::reserve::engine::now_ms;
 
 #[derive(Args, Clone, Debug)]
@@ -253,7 +253,11 @@ impl Shared {
         let body = serde_json::to_vec(event).expect("json");
         let url = format!("{}/webhooks/payments", self.args.origin);
         self.tried(&t, || {
-            let sig = origin::payments::webhook::sign_webhook(&self.secret, origin::http::auth::now_secs(), &body);
+            let sig = origin::payments::webhook::sign_webhook(
+                &self.secret,
+                origin::http::auth::now_secs(),
+                &body,
+            );
             self.client
                 .post(&url)
                 .header("content-type", "application/json")
@@ -403,7 +407,7 @@ async fn sample_lag(s: Arc<Shared>, stop: tokio_util::sync::CancellationToken) {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    crate::ensure_loopback(&args.origin)?;
+    crate::loopback::ensure_loopback(&args.origin)?;
     anyhow::ensure!(
         args.seconds <= 1_800 && args.tail_seconds <= 600 && args.rate > 0.0,
         "at most 1,800 s of load and 600 s of tail, at a positive rate"

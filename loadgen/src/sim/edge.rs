@@ -45,46 +45,9 @@ use serde_json::{Value, json};
 use token::{Claims, TokenType};
 use tokio::sync::Semaphore;
 
-use crate::sim::{SaleArgs, Sample};
-
-#[derive(Args, Clone, Default)]
-pub struct EdgeArgs {
-    /// Edge mode: people join, poll, reserve and pay through this edge
-    /// (`--origin` is then used for the payment webhook and `/metrics`).
-    #[arg(long)]
-    pub(crate) edge: Option<String>,
-    /// Edge mode: status polls in flight at most.
-    #[arg(long, default_value_t = 16)]
-    pub(crate) edge_in_flight: usize,
-    /// Edge mode: joins in flight at most (a separate pool, so a burst of
-    /// arrivals does not hold up the polls of people already in line).
-    #[arg(long, default_value_t = 8)]
-    pub(crate) join_in_flight: usize,
-    /// Edge mode: checkout calls (reserve, purchase, cancel) in flight at most.
-    #[arg(long, default_value_t = 8)]
-    pub(crate) checkout_in_flight: usize,
-    /// Edge mode: mean seconds a person keeps polling after being told
-    /// `sold_out` before leaving (exponential).
-    #[arg(long, default_value_t = 10.0)]
-    pub(crate) sold_out_patience: f64,
-    /// Edge mode: seconds between report samples.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) sample_seconds: f64,
-    /// Edge mode: share of admitted people who close the tab at once: they
-    /// stop polling and never reserve (the edge closes such a turn after
-    /// 30 s unseen and admits the next person).
-    #[arg(long, default_value_t = 0.0)]
-    pub(crate) walk_away_admitted: f64,
-    /// Edge mode: the origin stops answering this many seconds after the
-    /// sale's start (SIGSTOP to `--origin-pid`), for `--outage-seconds`.
-    #[arg(long)]
-    pub(crate) outage_at: Option<f64>,
-    #[arg(long, default_value_t = 15.0)]
-    pub(crate) outage_seconds: f64,
-    /// The origin's process id, for `--outage-at`.
-    #[arg(long)]
-    pub(crate) origin_pid: Option<u32>,
-}
+use crate::sim::args::SaleArgs;
+use crate::sim::report::{Sample, chart, summary_text};
+use crate::sim::sale::{create_sim_sale, invariants};
 
 #[derive(Default)]
 struct Counters {
@@ -702,7 +665,8 @@ async fn pay(s: &Edge, id: &str, admit: &str) -> anyhow::Result<bool> {
         "data": {"payment_id": a.body["payment_id"], "amount_cents": a.body["amount_cents"]},
     });
     let t0 = Instant::now();
-    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
+    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event)
+        .await?;
     record_latency(
         s,
         "webhook (origin)",
@@ -753,8 +717,8 @@ fn quantiles_ms(h: &Histogram<u64>, scale: f64) -> Value {
 
 pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let edge = args.edge.edge.clone().context("--edge")?;
-    crate::ensure_loopback(&edge)?;
-    crate::ensure_loopback(&args.origin)?;
+    crate::loopback::ensure_loopback(&edge)?;
+    crate::loopback::ensure_loopback(&args.origin)?;
     anyhow::ensure!(
         args.accounts <= 100_000 && args.max_seconds <= 1_800,
         "edge mode: at most 100,000 accounts and 1,800 s"
@@ -773,7 +737,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         (0.0..=60.0).contains(&args.edge.outage_seconds),
         "--outage-seconds: 0 to 60"
     );
-    let state = crate::sim::create_sim_sale(&args, "Simulated sale through the edge").await?;
+    let state = create_sim_sale(&args, "Simulated sale through the edge").await?;
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     // The outage: the origin stopped (SIGSTOP: connections are accepted
     // and never answered, the worst kind of down), then continued.
@@ -948,7 +912,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let checks = crate::sim::invariants(&state, &sale).await?;
+    let checks = invariants(&state, &sale).await?;
 
     // Origin reservation rate against the admission rate. The selling
     // window runs from the start to the first moment the edge reported the
@@ -1137,10 +1101,10 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             reserve_requests: s.origin_reservation_requests,
         })
         .collect();
-    crate::sim::chart(&chart_samples, args.admission_rate, &format!("{base}.svg"))?;
+    chart(&chart_samples, args.admission_rate, &format!("{base}.svg"))?;
     let summary = format!(
         "{}\n{}\nscenario: {}",
-        crate::sim::summary_text(&report),
+        summary_text(&report),
         edge_text(&report),
         report["scenario"]
     );

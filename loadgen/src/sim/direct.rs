@@ -18,70 +18,17 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use origin::ops::configuration::Settings;
-use origin::sales::spec::SaleSpec;
-use origin::ops::state::AppState;
 use rand::Rng;
 use rand::seq::SliceRandom;
-use redis::AsyncCommands;
-use serde::Serialize;
 use serde_json::{Value, json};
 use token::{Claims, TokenType};
 use tokio::sync::Mutex;
 
-#[derive(Args, Clone)]
-pub struct SaleArgs {
-    /// The origin to load (direct mode).
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub(crate) origin: String,
-    #[arg(long, default_value = "sim")]
-    pub(crate) sale: String,
-    #[arg(long, default_value_t = 200_000)]
-    pub(crate) accounts: usize,
-    #[arg(long, default_value_t = 1_000)]
-    pub(crate) units: i32,
-    #[arg(long, default_value_t = 2)]
-    pub(crate) per_user_limit: i32,
-    #[arg(long, default_value_t = 4)]
-    pub(crate) shards: i32,
-    /// People admitted per second.
-    #[arg(long, default_value_t = 200.0)]
-    pub(crate) admission_rate: f64,
-    #[arg(long, default_value_t = 2.0)]
-    pub(crate) admission_factor: f64,
-    #[arg(long, default_value_t = 8)]
-    pub(crate) hold_seconds: i32,
-    /// Seconds between the simulator's start and the sale's start
-    /// (people arriving in that window form the pre-queue).
-    #[arg(long, default_value_t = 3.0)]
-    pub(crate) prestart_seconds: f64,
-    /// Share of people who arrive before the start.
-    #[arg(long, default_value_t = 0.2)]
-    pub(crate) prestart_share: f64,
-    /// Mean arrival delay after the start, seconds (exponential burst).
-    #[arg(long, default_value_t = 2.0)]
-    pub(crate) burst_seconds: f64,
-    /// Probability that a person holding units pays.
-    #[arg(long, default_value_t = 0.75)]
-    pub(crate) pay: f64,
-    /// Probability that a holder cancels (the rest walk away: the hold expires).
-    #[arg(long, default_value_t = 0.10)]
-    pub(crate) cancel: f64,
-    /// Probability of asking for the full per-user limit instead of 1 unit.
-    #[arg(long, default_value_t = 0.2)]
-    pub(crate) multi: f64,
-    #[arg(long, default_value_t = 120)]
-    pub(crate) max_seconds: u64,
-    /// Where the report (JSON, summary, SVG) goes.
-    #[arg(long, default_value = "sim-output")]
-    pub(crate) output: String,
-    /// Edge mode (`--edge <url>`): see `edge_sim`.
-    #[command(flatten)]
-    pub(crate) edge: crate::edge_sim::EdgeArgs,
-}
+use crate::sim::args::SaleArgs;
+use crate::sim::report::{Sample, chart, summary_text};
+use crate::sim::sale::{create_sim_sale, invariants};
 
 #[derive(Default)]
 struct Counters {
@@ -98,17 +45,6 @@ struct Counters {
     errors: AtomicU64,
     cancelled: AtomicU64,
     walked_away: AtomicU64,
-}
-
-#[derive(Serialize, Clone)]
-pub(crate) struct Sample {
-    pub(crate) t: f64,
-    pub(crate) arrived: u64,
-    pub(crate) waiting: u64,
-    pub(crate) admitted: u64,
-    pub(crate) holding_units: i64,
-    pub(crate) paid_units: i64,
-    pub(crate) reserve_requests: u64,
 }
 
 struct Shared {
@@ -254,49 +190,14 @@ async fn pay(s: &Shared, id: &str, token: &str) -> anyhow::Result<bool> {
         "type": "payment.succeeded",
         "data": {"payment_id": p["payment_id"], "amount_cents": p["amount_cents"]},
     });
-    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event).await?;
+    let r = origin::payments::webhook::post_webhook(&s.client, &s.args.origin, &s.secret, &event)
+        .await?;
     let body: Value = r.json().await.unwrap_or(Value::Null);
     Ok(body["result"] == "paid")
 }
 
-/// Connects like `origin serve` (environment) and creates the simulated
-/// sale, starting `--prestart-seconds` from now.
-pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Result<AppState> {
-    let state = AppState::connect(Settings::from_env()?).await?;
-    let starts_at = chrono::Utc::now()
-        + chrono::Duration::milliseconds((args.prestart_seconds * 1000.0) as i64);
-    let spec = SaleSpec {
-        id: args.sale.clone(),
-        name: format!("{label} ({} units)", args.units),
-        units: args.units,
-        per_user_limit: args.per_user_limit,
-        shards: args.shards,
-        starts_at,
-        ends_at: None,
-        hold_seconds: args.hold_seconds,
-        admission_rate: args.admission_rate,
-        admission_factor: args.admission_factor,
-        price_cents: 9_900,
-        queue_shards: 1,
-        admission_p99_ms: 50.0,
-        bot_check: "none".into(),
-        // Every simulated person joins from this one loopback address.
-        join_limit: 0,
-        currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
-        draw_beacon: None,
-    };
-    let mut conn = state.engine.conn.clone();
-    origin::sales::spec::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)
-        .await
-        .context("creating the simulated sale")?;
-    Ok(state)
-}
-
 pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
-    if args.edge.edge.is_some() {
-        return crate::edge_sim::run(args).await;
-    }
-    crate::ensure_loopback(&args.origin)?;
+    crate::loopback::ensure_loopback(&args.origin)?;
     anyhow::ensure!(
         args.accounts <= 1_000_000 && args.max_seconds <= 1_800,
         "at most 1,000,000 accounts and 1,800 s"
@@ -503,193 +404,5 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "an invariant failed: {}",
         report["invariants"]
     );
-    Ok(())
-}
-
-pub(crate) async fn invariants(
-    state: &AppState,
-    sale: &origin::sales::sale::Sale,
-) -> anyhow::Result<Value> {
-    let id = &sale.config.id;
-    let limit = sale.config.per_user_limit;
-    let (total, held, sold): (i32, i32, i32) =
-        sqlx::query_as("SELECT total, held, sold FROM inventory WHERE sale_id = $1")
-            .bind(id)
-            .fetch_one(&state.pool)
-            .await?;
-    let over_limit: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT account FROM reservations WHERE sale_id = $1
-         AND status IN ('settled','pending_payment','paid') GROUP BY account HAVING sum(qty) > $2) x",
-    )
-    .bind(id)
-    .bind(limit)
-    .fetch_one(&state.pool)
-    .await?;
-    let dup_payments: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT reservation_id FROM payments WHERE sale_id = $1 AND status = 'succeeded'
-         AND NOT refund_required GROUP BY reservation_id HAVING count(*) > 1) x",
-    )
-    .bind(id)
-    .fetch_one(&state.pool)
-    .await?;
-    let paid_rows: i64 = sqlx::query_scalar("SELECT COALESCE(sum(qty), 0)::bigint FROM reservations WHERE sale_id = $1 AND status = 'paid'")
-        .bind(id)
-        .fetch_one(&state.pool)
-        .await?;
-    let mut conn = state.engine.conn.clone();
-    let (mut stock, mut redis_held, mut redis_paid) = (0i64, 0i64, 0i64);
-    for k in &sale.shards {
-        let s: i64 = conn.get(&k.stock).await?;
-        stock += s;
-        let holds: std::collections::HashMap<String, String> = conn.hgetall(&k.holds).await?;
-        for raw in holds.values() {
-            let h: Value = serde_json::from_str(raw)?;
-            if h["s"] == "paid" {
-                redis_paid += h["q"].as_i64().unwrap_or(0);
-            } else {
-                redis_held += h["q"].as_i64().unwrap_or(0);
-            }
-        }
-    }
-    let total = i64::from(total);
-    let checks = json!({
-        "sold_le_units": i64::from(sold) <= total,
-        "postgres_sold": sold,
-        "postgres_held": held,
-        "per_user_limit_kept": over_limit == 0,
-        "accounts_over_limit": over_limit,
-        "no_duplicate_payments": dup_payments == 0,
-        "paid_rows_match_sold": paid_rows == i64::from(sold),
-        "redis_available": stock,
-        "redis_held": redis_held,
-        "redis_paid": redis_paid,
-        "redis_holds_plus_available_plus_sold_eq_units": stock + redis_held + redis_paid == total,
-        "postgres_held_plus_sold_plus_redis_available_eq_units": i64::from(held) + i64::from(sold) + stock == total,
-    });
-    let all = [
-        "sold_le_units",
-        "per_user_limit_kept",
-        "no_duplicate_payments",
-        "paid_rows_match_sold",
-        "redis_holds_plus_available_plus_sold_eq_units",
-        "postgres_held_plus_sold_plus_redis_available_eq_units",
-    ]
-    .iter()
-    .all(|k| checks[k] == true);
-    let mut checks = checks;
-    checks["all_hold"] = json!(all);
-    Ok(checks)
-}
-
-pub(crate) fn summary_text(r: &Value) -> String {
-    let inv = &r["invariants"];
-    format!(
-        "Simulated sale {sale}: {accounts} accounts ({pre} in the pre-queue), {units} units, limit {limit}, {shards} shards\n\
-         admitted {admitted} at {rate}/s over {secs:.1} s; holds granted {holds}; paid {paid} units (Postgres sold {sold}, held {held})\n\
-         cancelled {cancelled}, walked away {walked}; refused: sold out {so}, limit {lim}; retried 429/503 {retried}; errors {errors}\n\
-         reservation latency p50 {p50} ms, p90 {p90} ms, p99 {p99} ms, max {max} ms\n\
-         origin reservation rate while selling {orate:.1}/s = {ratio:.3} × admission rate\n\
-         invariants: sold ≤ units {a}; per-user limit {b}; no duplicate payments {c}; Redis holds + available + sold = units {d}; Postgres held + sold + available = units {e}",
-        sale = r["sale"].as_str().unwrap_or_default(),
-        accounts = r["accounts"],
-        pre = r["prequeue"],
-        units = r["units"],
-        limit = r["per_user_limit"],
-        shards = r["shards"],
-        admitted = r["admitted"],
-        rate = r["admission_rate"],
-        secs = r["seconds"].as_f64().unwrap_or(0.0),
-        holds = r["holds_granted"],
-        paid = r["paid_units_seen"],
-        sold = inv["postgres_sold"],
-        held = inv["postgres_held"],
-        cancelled = r["cancelled"],
-        walked = r["walked_away"],
-        so = r["refused_sold_out"],
-        lim = r["refused_limit"],
-        retried = r["retried_429_503"],
-        errors = r["errors"],
-        p50 = r["reservation_latency_ms"]["p50"],
-        p90 = r["reservation_latency_ms"]["p90"],
-        p99 = r["reservation_latency_ms"]["p99"],
-        max = r["reservation_latency_ms"]["max"],
-        orate = r["origin_reservation_rate"].as_f64().unwrap_or(0.0),
-        ratio = r["origin_rate_over_admission_rate"].as_f64().unwrap_or(0.0),
-        a = inv["sold_le_units"],
-        b = inv["per_user_limit_kept"],
-        c = inv["no_duplicate_payments"],
-        d = inv["redis_holds_plus_available_plus_sold_eq_units"],
-        e = inv["postgres_held_plus_sold_plus_redis_available_eq_units"],
-    )
-}
-
-pub(crate) fn chart(samples: &[Sample], rate: f64, path: &str) -> anyhow::Result<()> {
-    use plotters::prelude::*;
-    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let t0 = samples.first().map(|s| s.t).unwrap_or(0.0);
-    let t1 = samples.last().map(|s| s.t).unwrap_or(1.0).max(t0 + 1.0);
-    let ymax = samples
-        .iter()
-        .map(|s| s.waiting.max(s.admitted) as f64)
-        .fold(1.0, f64::max);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Flash sale: people over time (log scale)",
-            ("sans-serif", 22),
-        )
-        .margin(16)
-        .x_label_area_size(36)
-        .y_label_area_size(60)
-        .build_cartesian_2d(t0..t1, (1.0..ymax * 1.2).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds from the sale's start")
-        .y_desc("people / units")
-        .draw()?;
-    type Line = (&'static str, RGBColor, fn(&Sample) -> f64);
-    let series: [Line; 5] = [
-        ("waiting", RGBColor(120, 120, 120), |s| s.waiting as f64),
-        ("admitted", RGBColor(31, 119, 180), |s| s.admitted as f64),
-        ("holding (units)", RGBColor(255, 127, 14), |s| {
-            s.holding_units as f64
-        }),
-        ("paid (units)", RGBColor(44, 160, 44), |s| {
-            s.paid_units as f64
-        }),
-        (
-            "reservation requests (cumulative)",
-            RGBColor(214, 39, 40),
-            |s| s.reserve_requests as f64,
-        ),
-    ];
-    for (name, color, f) in series {
-        chart
-            .draw_series(LineSeries::new(
-                samples.iter().map(|s| (s.t, f(s).max(1.0))),
-                color.stroke_width(2),
-            ))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .draw_series(LineSeries::new(
-            samples
-                .iter()
-                .filter(|s| s.t >= 0.0)
-                .map(|s| (s.t, (s.t * rate).max(1.0))),
-            RGBColor(0, 0, 0).stroke_width(1),
-        ))?
-        .label("admission rate × t")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
     Ok(())
 }
