@@ -14,7 +14,7 @@ use crate::ops::state::AppState;
 
 /// Liveness: no dependencies.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
-    responses((status = 200, description = "Alive", body = crate::http::openapi::Alive)))]
+    responses((status = 200, description = "Alive", body = crate::http::api::Alive)))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
@@ -24,8 +24,8 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 /// Readiness: Redis and Postgres, each checked; a 503 names the one down.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
-        (status = 200, description = "Ready", body = crate::http::openapi::Ready),
-        (status = 503, description = "`not_ready`", body = crate::http::openapi::NotReady, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "Ready", body = crate::http::api::Ready),
+        (status = 503, description = "`not_ready`", body = crate::http::api::NotReady, headers(("Retry-After" = u32, description = "seconds"))),
     ))]
 pub async fn readyz(State(app): State<AppState>) -> Response {
     let mut conn = app.engine.conn.clone();

@@ -1,6 +1,6 @@
 //! The handlers, one file per resource: each reads its request (bodies from
 //! `crate::http::bodies`, credentials from `crate::http::auth`), calls the
-//! domain modules, and answers with the types of `crate::http::openapi` or an
+//! domain modules, and answers with the types of `crate::http::api` or an
 //! [`ApiError`](crate::http::error::ApiError). They are wired to paths in
 //! `crate::http::router`.
 

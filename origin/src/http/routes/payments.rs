@@ -49,16 +49,16 @@ fn payment_body(p: &Payment, provider: &dyn PaymentProvider) -> Value {
     ),
     security(("bearer" = [])),
     responses(
-        (status = 201, description = "Payment started", body = crate::http::openapi::Payment),
-        (status = 200, description = "The payment already under way (a repeat)", body = crate::http::openapi::Payment),
-        (status = 400, description = "`idempotency_key_invalid`", body = crate::http::openapi::ErrorBody),
-        (status = 409, description = "`reservation_not_payable`", body = crate::http::openapi::ErrorBody),
-        (status = 410, description = "`reservation_expired`", body = crate::http::openapi::ErrorBody),
-        (status = 422, description = "`idempotency_key_reused`", body = crate::http::openapi::ErrorBody),
-        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 201, description = "Payment started", body = crate::http::api::Payment),
+        (status = 200, description = "The payment already under way (a repeat)", body = crate::http::api::Payment),
+        (status = 400, description = "`idempotency_key_invalid`", body = crate::http::api::ErrorBody),
+        (status = 409, description = "`reservation_not_payable`", body = crate::http::api::ErrorBody),
+        (status = 410, description = "`reservation_expired`", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`idempotency_key_reused`", body = crate::http::api::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::http::api::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`reservation_settling`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn purchase(
@@ -239,12 +239,12 @@ pub const WEBHOOK_BODY_LIMIT: usize = 64 * 1024;
     request_body(content = Event, content_type = "application/json"),
     security(("payment_signature" = [])),
     responses(
-        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::http::openapi::WebhookAnswer),
-        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::http::openapi::ErrorBody),
-        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::http::openapi::ErrorBody),
-        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::http::openapi::ErrorBody),
-        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored; nothing was recorded, the provider retries), `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "Received (a duplicate changes nothing)", body = crate::http::api::WebhookAnswer),
+        (status = 400, description = "`malformed_event`, `malformed_body`", body = crate::http::api::ErrorBody),
+        (status = 401, description = "`signature_missing`, `signature_malformed`, `signature_stale`, `signature_mismatch`", body = crate::http::api::ErrorBody),
+        (status = 413, description = "`body_too_large` (over 64 KiB)", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`unknown_event_type`, `unknown_payment`, `amount_mismatch`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored; nothing was recorded, the provider retries), `not_replicated` (`REDIS_ACK=wait`: the confirm is not yet on a replica; nothing was recorded, the provider retries)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn webhook(
@@ -326,11 +326,11 @@ pub async fn webhook(
     params(("id" = String, Path, description = "The payment id")),
     request_body(content = Option<crate::http::bodies::DevComplete>, content_type = "application/json", description = "optional: no body is `succeeded`"),
     responses(
-        (status = 200, description = "What the webhook answered", body = crate::http::openapi::DevCompleteAnswer),
-        (status = 400, description = "`malformed_json`", body = crate::http::openapi::ErrorBody),
-        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "What the webhook answered", body = crate::http::api::DevCompleteAnswer),
+        (status = 400, description = "`malformed_json`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`not_found` (not dev mode), `payment_not_found`", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_outcome`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`webhook_not_configured`, `database_unavailable`", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn dev_complete(

@@ -49,17 +49,17 @@ fn rfc3339_ms(ms: u64) -> String {
     request_body(content = crate::http::bodies::ReserveBody, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
-        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::http::openapi::Reservation,
+        (status = 202, description = "Held (or the replay of a key's first answer, `Idempotent-Replayed: true`)", body = crate::http::api::Reservation,
             headers(("Location" = String, description = "/api/reservations/{id}"), ("x-origin-load" = String, description = "the load signal"))),
-        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::http::openapi::ErrorBody),
-        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::openapi::ErrorBody),
-        (status = 403, description = "`token_wrong_sale`", body = crate::http::openapi::ErrorBody),
-        (status = 404, description = "`sale_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::http::openapi::ErrorBody),
-        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::http::openapi::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::http::openapi::ErrorBody),
-        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
-        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::http::api::ErrorBody),
+        (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::api::ErrorBody),
+        (status = 403, description = "`token_wrong_sale`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`sale_not_found`", body = crate::http::api::ErrorBody),
+        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::http::api::ErrorBody),
+        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::http::api::ErrorBody),
+        (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn create(
@@ -327,11 +327,11 @@ impl Found {
     params(("id" = String, Path, description = "The reservation id")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::http::openapi::Reservation),
-        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "The reservation (Postgres's once settled)", body = crate::http::api::Reservation),
+        (status = 401, description = "`token_*`", body = crate::http::api::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn show(
@@ -368,12 +368,12 @@ pub async fn show(
     params(("id" = String, Path, description = "The reservation id")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Cancelled", body = crate::http::openapi::Cancelled),
-        (status = 409, description = "`reservation_not_held`", body = crate::http::openapi::ErrorBody),
-        (status = 401, description = "`token_*`", body = crate::http::openapi::ErrorBody),
-        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::openapi::ErrorBody),
-        (status = 404, description = "`reservation_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored: nothing is known about the hold until then), `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "Cancelled", body = crate::http::api::Cancelled),
+        (status = 409, description = "`reservation_not_held`", body = crate::http::api::ErrorBody),
+        (status = 401, description = "`token_*`", body = crate::http::api::ErrorBody),
+        (status = 403, description = "`forbidden` (another account's), `token_wrong_sale`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `sale_unavailable` (the hold's shard lost its keys and is being restored: nothing is known about the hold until then), `not_replicated` (`REDIS_ACK=wait`: the cancel is not yet on a replica)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn cancel(

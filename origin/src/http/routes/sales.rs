@@ -55,9 +55,9 @@ async fn sold_units(app: &AppState, sale: &str) -> (i64, bool) {
     tag = "sales",
     params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
     responses(
-        (status = 200, description = "The summary (at most 1 s old)", body = crate::http::openapi::SaleSummary),
-        (status = 404, description = "`sale_not_found`", body = crate::http::openapi::ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::http::openapi::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+        (status = 200, description = "The summary (at most 1 s old)", body = crate::http::api::SaleSummary),
+        (status = 404, description = "`sale_not_found`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
 )]
 pub async fn summary(
