@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, TestDb, free_port, redis_url, ring_env};
 
 fn origin(args: &[&str], env: &[(&str, &str)]) -> Output {

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, free_port, sale_spec};
 
 fn bin() -> &'static Path {

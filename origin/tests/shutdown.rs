@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use origin::sales::sale::Sale;
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, OriginProcess, TestApp, heavy, sale_spec};
 

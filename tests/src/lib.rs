@@ -16,7 +16,8 @@ use chrono::{DateTime, Utc};
 use origin::ops::configuration::{AckMode, RedisTarget, Settings};
 use origin::sales::sale::SaleConfig;
 use origin::sales::spec::SaleSpec;
-use origin::ops::startup::{Application, Workers};
+use origin::ops::startup::Application;
+use origin::ops::workers::Workers;
 use origin::ops::state::AppState;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -178,7 +179,7 @@ pub fn ring_env(kid: &str) -> String {
 }
 
 pub fn now_secs() -> u64 {
-    origin::http::auth::now_secs()
+    origin::ops::clock::now_secs()
 }
 
 /// The payment webhook secret of every [`TestApp`].

@@ -821,7 +821,7 @@ fn the_scripts_keep_their_invariants_under_random_steps_and_crashes() {
         .build()
         .unwrap();
     let app = rt.block_on(TestApp::spawn_with(AppOptions {
-        workers: origin::ops::startup::Workers::NONE,
+        workers: origin::ops::workers::Workers::NONE,
         ..AppOptions::default()
     }));
     let mut runner = TestRunner::new(Config {
@@ -850,7 +850,7 @@ fn the_scripts_keep_their_invariants_under_random_steps_and_crashes() {
 /// Runs one recorded sequence on a fresh app.
 async fn regression(setup: Setup, ops: Vec<Op>) {
     let app = TestApp::spawn_with(AppOptions {
-        workers: origin::ops::startup::Workers::NONE,
+        workers: origin::ops::workers::Workers::NONE,
         ..AppOptions::default()
     })
     .await;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use origin::payments::webhook::sign_webhook;
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tests::{AppOptions, TestApp, sale_spec};

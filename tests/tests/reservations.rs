@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use origin::ops::configuration::RedisTarget;
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use redis::AsyncCommands;
 use serde_json::Value;
 use tests::{AppOptions, RaceResult, RedisCluster, RedisServer, TestApp, race, sale_spec};

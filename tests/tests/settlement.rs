@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use origin::ops::configuration::RedisTarget;
 use origin::settle::{rebuild, reconcile};
-use origin::ops::startup::Workers;
+use origin::ops::workers::Workers;
 use redis::AsyncCommands;
 use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
 

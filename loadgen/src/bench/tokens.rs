@@ -24,7 +24,7 @@ pub(crate) fn admission_ring() -> anyhow::Result<KeyRing> {
 }
 
 pub fn now_secs() -> u64 {
-    origin::http::auth::now_secs()
+    origin::ops::clock::now_secs()
 }
 
 pub fn tokens(a: TokensArgs) -> anyhow::Result<()> {

@@ -33,7 +33,7 @@ use token::{Claims, KeyRing, TokenType};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::chaos::history::{Entry, Op, Writer};
-use origin::reserve::engine::now_ms;
+use origin::ops::clock::now_ms;
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
@@ -185,7 +185,7 @@ impl Shared {
             TokenType::Admit,
             account,
             Some(self.args.sale.clone()),
-            origin::http::auth::now_secs(),
+            origin::ops::clock::now_secs(),
             900,
         ))
     }
@@ -255,7 +255,7 @@ impl Shared {
         self.tried(&t, || {
             let sig = origin::payments::webhook::sign_webhook(
                 &self.secret,
-                origin::http::auth::now_secs(),
+                origin::ops::clock::now_secs(),
                 &body,
             );
             self.client

@@ -63,7 +63,7 @@ async fn reserve(s: &Shared, account: &str, qty: i32) -> anyhow::Result<Option<(
         TokenType::Admit,
         account,
         Some(s.args.sale.clone()),
-        origin::http::auth::now_secs(),
+        origin::ops::clock::now_secs(),
         120,
     ));
     let key = uuid::Uuid::new_v4().simple().to_string();
@@ -147,7 +147,7 @@ async fn person(s: Arc<Shared>, account: String) {
         TokenType::Admit,
         &account,
         Some(s.args.sale.clone()),
-        origin::http::auth::now_secs(),
+        origin::ops::clock::now_secs(),
         300,
     ));
     if roll < s.args.pay {

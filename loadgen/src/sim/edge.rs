@@ -387,7 +387,7 @@ async fn person(s: Arc<Edge>, idx: usize, arrive: Instant) {
         TokenType::User,
         &account,
         None,
-        origin::http::auth::now_secs(),
+        origin::ops::clock::now_secs(),
         3_600,
     ));
     let queue_url = format!("{}/api/sales/{}/queue", s.edge, s.args.sale);

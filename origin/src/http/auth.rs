@@ -8,6 +8,7 @@ use axum::http::header::AUTHORIZATION;
 use token::{Claims, Expect, KeyRing, TokenError, TokenType};
 
 use crate::http::error::ApiError;
+use crate::ops::clock::now_secs;
 
 /// The bearer token of a request, or `TokenMissing`.
 pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
@@ -21,11 +22,6 @@ pub fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
         return Err(ApiError::TokenMissing);
     }
     Ok(token.trim())
-}
-
-/// Unix seconds now.
-pub fn now_secs() -> u64 {
-    crate::reserve::engine::now_ms() / 1000
 }
 
 /// An `admit` token for exactly `sale`.

@@ -8,7 +8,10 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 
-use crate::http::routes::{health, payments, reservations, sales};
+use crate::http::routes::health;
+use crate::http::routes::payments;
+use crate::http::routes::reservations;
+use crate::http::routes::sales;
 use crate::ops::state::AppState;
 
 /// The origin's HTTP API. `/metrics` is here unless an admin address

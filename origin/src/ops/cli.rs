@@ -13,7 +13,8 @@ use crate::sales::registry::SaleRegistry;
 use crate::sales::spec::{
     DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
 };
-use crate::ops::startup::{self, Application, Workers};
+use crate::ops::startup::{self, Application};
+use crate::ops::workers::Workers;
 use crate::ops::state::AppState;
 use crate::ops::telemetry;
 use crate::reserve::store;
@@ -491,7 +492,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Sale(SaleCommand::Show { sale }) => show_sale(&sale).await,
         Command::Token(cmd) => {
-            let now = crate::http::auth::now_secs();
+            let now = crate::ops::clock::now_secs();
             let (ring, claims) = match cmd {
                 TokenCommand::User { sub, ttl } => (
                     configuration::key_ring("USER_TOKEN_KEYS")?,

@@ -3,11 +3,13 @@
 //! shares, building and running the server with its background workers,
 //! and the `origin` command line (with `audit draw`).
 //!
-//! Two layers: `configuration`, `telemetry` and `db` sit below every other
-//! part; `state` → `workers` → `startup` → `cli` sit above them all.
+//! Two layers: `clock`, `configuration`, `telemetry` and `db` sit below
+//! every other part; `cli` → `startup` → `workers` → `state` sit above
+//! them all (`audit` beside `cli`, which runs it).
 
 pub mod audit;
 pub mod cli;
+pub mod clock;
 pub mod configuration;
 pub mod db;
 pub mod startup;

@@ -3,8 +3,9 @@
 //! graceful shutdown (SIGINT/SIGTERM: stop accepting, finish in-flight
 //! requests, then stop the workers cleanly, all within a bounded grace).
 //!
-//! Imports flow one way: `startup` → `routes` → `state` → the domain
-//! modules (`settlement` → `reservations` → `sales` → `store`).
+//! Imports flow one way: `startup` → `crate::http::router` →
+//! `crate::ops::state` → the domain parts (`settle::settler` →
+//! `reserve::engine` → `sales::sale` → `reserve::store`).
 
 use std::future::IntoFuture;
 
@@ -15,9 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::ops::configuration::Settings;
 use crate::ops::state::AppState;
 use crate::http::router;
-use crate::ops::workers;
+use crate::ops::workers::{self, Workers};
 
-pub use crate::ops::workers::Workers;
 
 /// A built, bound, not yet running origin.
 pub struct Application {

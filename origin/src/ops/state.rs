@@ -2,8 +2,9 @@
 //! the Redis engine, the sale registry, the token rings, the caches and
 //! this replica's load signal. Built once per process ([`AppState::connect`]).
 //!
-//! Role in the module graph: `routes` and `startup` use it; it uses only the
-//! domain modules below it, never `routes` or `startup`.
+//! Role in the module graph: `crate::http::routes`, `crate::ops::workers`
+//! and `crate::ops::startup` use it; it uses only the domain parts below
+//! it, never `routes`, `workers` or `startup`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -129,7 +129,7 @@ pub async fn post_webhook(
     event: &serde_json::Value,
 ) -> reqwest::Result<reqwest::Response> {
     let body = serde_json::to_vec(event).expect("json");
-    let sig = sign_webhook(secret, crate::http::auth::now_secs(), &body);
+    let sig = sign_webhook(secret, crate::ops::clock::now_secs(), &body);
     client
         .post(format!("{origin}/webhooks/payments"))
         .header("content-type", "application/json")

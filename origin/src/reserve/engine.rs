@@ -44,7 +44,6 @@
 //! Time comes from Redis (`TIME` inside each script), so origins with skewed
 //! clocks agree on when holds expire.
 
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::{RedisError, Value};
 use serde::Serialize;
@@ -58,14 +57,6 @@ use crate::reserve::store::{self, RedisConn, ShardKeys};
 pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
 /// Expired holds a reservation reclaims on demand in one go.
 pub const RECLAIM_BATCH: u32 = 64;
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// The account's home shard: FNV-1a of the account id, stable across
 /// processes and releases (it decides where the account's count lives).

@@ -3,7 +3,7 @@
 //! scripts, and `REDIS_ACK=wait`'s replica acknowledgement.
 //!
 //! Imports flow one way: `engine` → (`scripts`, `store`, `ack`) →
-//! `failover`; `engine` also reads a sale's keys from `crate::sales`.
+//! `failover`; `engine` also reads a sale's keys from `crate::sales::sale`.
 
 pub mod ack;
 pub mod engine;

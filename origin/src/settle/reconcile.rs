@@ -27,7 +27,7 @@
 //!
 //! Each repair runs under the reservation's and its payments' row locks
 //! (`NOWAIT`, the locks a purchase and a payment event take first, as in
-//! `payments::align_hold`), re-reads Redis under them (the shard still at the
+//! `saga::align_hold`), re-reads Redis under them (the shard still at the
 //! version compared, the hold still nowhere), and skips the reservation
 //! when anything is locked or moved: the next round looks again. The settler
 //! cannot interleave (a new entry moves the version; an entry it applies
@@ -50,7 +50,7 @@
 //! in Postgres (a crash between the payment saga's confirm and its commit
 //! leaves Redis `paid` over an unpaid reservation: a unit no expiry would
 //! return). The disagreement is reported and, when repairing, re-aligned
-//! with Postgres under the rows' locks (`payments::align_hold`). This check
+//! with Postgres under the rows' locks (`saga::align_hold`). This check
 //! runs every round whatever the load, so it reads only what can disagree:
 //! Postgres's paid reservations and their hold records, with the number of
 //! holds Redis has as paid (paid_holds.lua); every hold record is read only
@@ -578,7 +578,7 @@ async fn repair_locked(
 
 /// Finds holds whose Redis `paid` state disagrees with their reservation's
 /// Postgres status and, when `repair`, re-aligns them with Postgres
-/// ([`payments::align_hold`]). Independent of settlement lag: a payment only
+/// ([`saga::align_hold`]). Independent of settlement lag: a payment only
 /// exists for a reservation Postgres already has.
 ///
 /// No grace period is needed: a disagreement is re-checked and repaired

@@ -283,7 +283,7 @@ pub async fn webhook(
     let header = headers
         .get("payment-signature")
         .and_then(|v| v.to_str().ok());
-    verify_webhook(&secrets, header, &body, crate::http::auth::now_secs()).map_err(|e| {
+    verify_webhook(&secrets, header, &body, crate::ops::clock::now_secs()).map_err(|e| {
         ApiError::Unauthorized {
             code: e.code(),
             message: e.to_string(),
