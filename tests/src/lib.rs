@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use origin::ops::configuration::{AckMode, RedisTarget, Settings};
+use origin::ops::startup::Application;
+use origin::ops::state::AppState;
+use origin::ops::workers::Workers;
 use origin::sales::sale::SaleConfig;
 use origin::sales::spec::SaleSpec;
-use origin::ops::startup::Application;
-use origin::ops::workers::Workers;
-use origin::ops::state::AppState;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -369,7 +369,9 @@ impl TestApp {
 
     /// A Redis connection of the kind the app uses.
     pub async fn redis(&self) -> origin::reserve::store::RedisConn {
-        origin::reserve::store::connect(&self.redis).await.expect("redis")
+        origin::reserve::store::connect(&self.redis)
+            .await
+            .expect("redis")
     }
 
     /// Creates a sale through the product's own `sale create` path.

@@ -34,7 +34,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use origin::reserve::engine::{Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard};
+use origin::reserve::engine::{
+    Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard,
+};
 use origin::sales::sale::{Sale, shard_units};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};

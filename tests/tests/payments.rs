@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use origin::payments::webhook::sign_webhook;
 use origin::ops::workers::Workers;
+use origin::payments::webhook::sign_webhook;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tests::{AppOptions, TestApp, sale_spec};

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use origin::ops::configuration::RedisTarget;
-use origin::settle::{rebuild, reconcile};
 use origin::ops::workers::Workers;
+use origin::settle::{rebuild, reconcile};
 use redis::AsyncCommands;
 use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
 
@@ -1084,7 +1084,12 @@ async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() 
 /// Writes `n` held hold records (one unit each, expiring in 10 minutes, of
 /// accounts whose home is shard `home`) straight into a shard's `holds`
 /// hash, 1,000 per `HSET`.
-async fn write_hold_records(conn: &mut origin::reserve::store::RedisConn, holds: &str, n: usize, home: u16) {
+async fn write_hold_records(
+    conn: &mut origin::reserve::store::RedisConn,
+    holds: &str,
+    n: usize,
+    home: u16,
+) {
     let exp = tests::now_secs() * 1000 + 600_000;
     for from in (0..n).step_by(1_000) {
         let mut cmd = redis::cmd("HSET");
@@ -1384,8 +1389,11 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
     let event = serde_json::json!({"id": "evt_lost_b", "type": "payment.succeeded",
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
-    let sig =
-        origin::payments::webhook::sign_webhook(tests::WEBHOOK_SECRET, tests::now_secs(), event.as_bytes());
+    let sig = origin::payments::webhook::sign_webhook(
+        tests::WEBHOOK_SECRET,
+        tests::now_secs(),
+        event.as_bytes(),
+    );
     let (s, body) = app.webhook(&event, Some(sig)).await;
     assert_eq!((s, body["result"].as_str()), (200, Some("paid")), "{body}");
 

@@ -14,8 +14,8 @@
 //!   must conform, no 5xx), so an answer type of `crate::http::api` that
 //!   drifts from the handler's JSON is a failing test, not a wrong document.
 
-use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::ServerBuilder;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::http::api::ErrorCode;

@@ -9,15 +9,15 @@ use secrecy::ExposeSecret;
 
 use crate::ops::configuration::{self, Settings};
 use crate::ops::db;
+use crate::ops::startup::{self, Application};
+use crate::ops::state::AppState;
+use crate::ops::telemetry;
+use crate::ops::workers::Workers;
+use crate::reserve::store;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::spec::{
     DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
 };
-use crate::ops::startup::{self, Application};
-use crate::ops::workers::Workers;
-use crate::ops::state::AppState;
-use crate::ops::telemetry;
-use crate::reserve::store;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -332,8 +332,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut reports = Vec::new();
             for sale in state.sales.active().await? {
                 reports.push(
-                    crate::settle::reconcile::reconcile_sale(&state.engine, &state.pool, &sale, true)
-                        .await?,
+                    crate::settle::reconcile::reconcile_sale(
+                        &state.engine,
+                        &state.pool,
+                        &sale,
+                        true,
+                    )
+                    .await?,
                 );
             }
             println!("{}", serde_json::to_string_pretty(&reports)?);
@@ -392,9 +397,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "type": format!("payment.{outcome}"),
                 "data": {"payment_id": payment, "amount_cents": amount},
             });
-            let res =
-                crate::payments::webhook::post_webhook(&reqwest::Client::new(), &origin, &secret, &event)
-                    .await?;
+            let res = crate::payments::webhook::post_webhook(
+                &reqwest::Client::new(),
+                &origin,
+                &secret,
+                &event,
+            )
+            .await?;
             let status = res.status();
             println!("{status} {}", res.text().await.unwrap_or_default());
             anyhow::ensure!(status.is_success(), "the origin refused the webhook");
@@ -459,8 +468,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 currency: a.currency,
                 draw_beacon: a.draw_beacon,
             };
-            let sale =
-                create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
+            let sale = create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
             println!("{}", serde_json::to_string_pretty(&sale)?);
             Ok(())
         }

@@ -13,11 +13,10 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::http::router;
 use crate::ops::configuration::Settings;
 use crate::ops::state::AppState;
-use crate::http::router;
 use crate::ops::workers::{self, Workers};
-
 
 /// A built, bound, not yet running origin.
 pub struct Application {

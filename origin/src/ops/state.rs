@@ -14,15 +14,15 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
-use crate::reserve::ack::Acker;
 use crate::ops::configuration::{AckMode, Settings};
 use crate::ops::db::{migrate_or_check, pg_pool};
+use crate::ops::telemetry;
+use crate::reserve::ack::Acker;
 use crate::reserve::engine::Engine;
-use crate::sales::registry::SaleRegistry;
-use crate::settle::settler::{SettleConfig, Settler};
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store;
-use crate::ops::telemetry;
+use crate::sales::registry::SaleRegistry;
+use crate::settle::settler::{SettleConfig, Settler};
 
 /// How long a computed sale summary is served from memory.
 pub const SUMMARY_TTL: Duration = Duration::from_secs(1);

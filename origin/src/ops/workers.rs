@@ -29,16 +29,16 @@ use sqlx::PgPool;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::ops::configuration::Settings;
-use crate::ops::db::pg_pool;
-use crate::reserve::engine::Engine;
-use crate::sales::registry::SaleRegistry;
-use crate::reserve::scripts::Scripts;
-use crate::settle::reconcile;
-use crate::settle::sweep;
 use crate::events::relay;
 use crate::events::sink::RedisStreamSink;
+use crate::ops::configuration::Settings;
+use crate::ops::db::pg_pool;
 use crate::ops::state;
+use crate::reserve::engine::Engine;
+use crate::reserve::scripts::Scripts;
+use crate::sales::registry::SaleRegistry;
+use crate::settle::reconcile;
+use crate::settle::sweep;
 
 /// Which background workers `serve` runs in-process.
 #[derive(Debug, Clone, Copy)]

@@ -32,7 +32,6 @@
 //! outcome was lost) breaks it; the reconciler finds such holds and, when
 //! no event holds the locks, re-aligns them with [`align_hold`].
 
-
 use serde_json::json;
 use sqlx::PgPool;
 

@@ -44,14 +44,13 @@
 //! Time comes from Redis (`TIME` inside each script), so origins with skewed
 //! clocks agree on when holds expire.
 
-
 use redis::{RedisError, Value};
 use serde::Serialize;
 
 use crate::reserve::ack::{AckError, Acker, Fact, FactKind};
-use crate::sales::sale::Sale;
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store::{self, RedisConn, ShardKeys};
+use crate::sales::sale::Sale;
 
 /// How long an Idempotency-Key's answer is remembered.
 pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;

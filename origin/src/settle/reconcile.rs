@@ -67,12 +67,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::payments::saga::{self, Alignment};
 use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
+use crate::reserve::store::ShardKeys;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::sale::{Sale, shard_units};
 use crate::settle::rebuild::{RebuildError, rebuild_sale};
 use crate::settle::scan::{HashScan, REBUILD_COLUMNS, RebuildRow, SCAN_CHUNK, key_ttl};
 use crate::settle::settler;
-use crate::reserve::store::ShardKeys;
 
 /// What reconciling one sale found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -58,9 +58,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::reserve::ack::{AckError, Acker, Fact};
 use crate::reserve::engine::{Engine, HoldRecord};
+use crate::reserve::store::ShardKeys;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::sale::Sale;
-use crate::reserve::store::ShardKeys;
 
 use crate::reserve::store::GROUP;
 

@@ -14,11 +14,11 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
+use crate::http::routes::reservations::find_owned;
+use crate::ops::state::AppState;
 use crate::payments::provider::{DevProvider, PaymentProvider};
 use crate::payments::saga::{Applied, ApplyError, apply_event};
 use crate::payments::webhook::{Event, post_webhook, verify_webhook};
-use crate::http::routes::reservations::find_owned;
-use crate::ops::state::AppState;
 
 #[derive(sqlx::FromRow)]
 struct Payment {

@@ -23,13 +23,13 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::reserve::ack::FactKind;
 use crate::http::auth;
 use crate::http::error::ApiError;
 use crate::http::load::Ended;
+use crate::ops::state::AppState;
+use crate::reserve::ack::FactKind;
 use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId};
 use crate::sales::sale::{Phase, Sale};
-use crate::ops::state::AppState;
 
 fn rfc3339_ms(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)

@@ -13,8 +13,8 @@ use chrono::Utc;
 use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
-use crate::sales::sale::{Phase, Sale};
 use crate::ops::state::AppState;
+use crate::sales::sale::{Phase, Sale};
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
 /// the summary and reads a summary it cannot get within its own timeout as
