@@ -1,5 +1,6 @@
-//! The flash-sale simulator: one whole sale, end to end over HTTP, then the
-//! invariants read back from Postgres and Redis.
+//! Direct mode of the simulator (`loadgen sale --origin <url>`): one whole
+//! sale, end to end over HTTP straight at the origin, then the invariants
+//! read back from Postgres and Redis (`crate::sim::sale`).
 //!
 //! Direct mode (`--origin`) isolates the origin: the simulator plays the
 //! edge's part itself — a pre-queue drawn uniformly at random at the start,

@@ -28,6 +28,9 @@
 //!
 //! Bounded: at most `--accounts` people (≤ 100,000 in this mode), at most
 //! `--max-seconds`, loopback targets only.
+//!
+//! `loadgen compare` (at the end) charts several edge-mode reports of one
+//! sale shape side by side.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -56,6 +56,8 @@
 //! holds Redis has as paid (paid_holds.lua); every hold record is read only
 //! when that number says some hold is paid in Redis alone.
 //!
+//! A shard whose keys are gone is not compared: it is rebuilt from Postgres
+//! (`crate::settle::rebuild`).
 
 use std::collections::HashSet;
 use std::time::Duration;
