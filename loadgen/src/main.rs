@@ -7,7 +7,7 @@
 
 mod bench;
 mod chaos;
-mod edge_sim;
+mod loopback;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -31,38 +31,24 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Simulates a whole sale over HTTP and checks the invariants at the end.
-    Sale(sim::SaleArgs),
+    Sale(sim::args::SaleArgs),
     /// Open-loop load on the origin's reservation endpoint at a fixed rate;
     /// prints achieved rate and latency percentiles as JSON.
-    BenchOrigin(bench::BenchOriginArgs),
+    BenchOrigin(bench::open_loop::BenchOriginArgs),
     /// Reservation latency (p50/p99/p999) from 10 % to 100 % of a peak,
     /// beside a calibration route at each rate; JSON and an SVG chart.
-    LatencyCurve(bench::LatencyCurveArgs),
+    LatencyCurve(bench::curve::LatencyCurveArgs),
     /// Settlement throughput, batched against row-at-a-time, in one run.
-    BenchSettle(bench::BenchSettleArgs),
+    BenchSettle(bench::settle::BenchSettleArgs),
     /// Prints admit tokens (one per line) for load tools such as wrk.
-    Tokens(bench::TokensArgs),
+    Tokens(bench::tokens::TokensArgs),
     /// One chart and table of several edge-mode sale reports (e.g. the
     /// outage scenario with a fixed and with an adaptive admission rate).
-    Compare(edge_sim::CompareArgs),
+    Compare(sim::edge::CompareArgs),
     /// Fault-injection runs (scripts/chaos): load with a recorded history,
     /// then the check of that history against Redis and Postgres.
     #[command(subcommand)]
-    Chaos(chaos::ChaosCommand),
-}
-
-/// Refuses any target that is not on this machine.
-pub fn ensure_loopback(url: &str) -> anyhow::Result<()> {
-    let host = url
-        .split("://")
-        .nth(1)
-        .and_then(|rest| rest.split(['/', ':']).next())
-        .unwrap_or_default();
-    anyhow::ensure!(
-        host == "localhost" || host.starts_with("127.") || host == "[" || host == "::1",
-        "{url}: loadgen only targets loopback addresses"
-    );
-    Ok(())
+    Chaos(chaos::command::ChaosCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -87,13 +73,14 @@ fn main() -> std::process::ExitCode {
     };
     let r = rt.block_on(async move {
         match cli.command {
-            Command::Sale(a) => sim::run(a).await,
-            Command::BenchOrigin(a) => bench::bench_origin(a).await,
-            Command::LatencyCurve(a) => bench::latency_curve(a).await,
-            Command::BenchSettle(a) => bench::bench_settle(a).await,
-            Command::Tokens(a) => bench::tokens(a),
-            Command::Compare(a) => edge_sim::compare(a),
-            Command::Chaos(c) => chaos::run(c).await,
+            Command::Sale(a) if a.edge.edge.is_some() => sim::edge::run(a).await,
+            Command::Sale(a) => sim::direct::run(a).await,
+            Command::BenchOrigin(a) => bench::open_loop::bench_origin(a).await,
+            Command::LatencyCurve(a) => bench::curve::latency_curve(a).await,
+            Command::BenchSettle(a) => bench::settle::bench_settle(a).await,
+            Command::Tokens(a) => bench::tokens::tokens(a),
+            Command::Compare(a) => sim::edge::compare(a),
+            Command::Chaos(c) => chaos::command::run(c).await,
         }
     });
     match r {

@@ -1,28 +1,11 @@
 //! The flash-sale origin: atomic reservations on sharded Redis stock, with
 //! Postgres as the truth behind it. See each module's doc for the
-//! invariants it keeps; `reservations` holds the core protocol.
+//! invariants it keeps; `reserve::engine` holds the core protocol.
 
-pub mod ack;
-pub mod audit;
-pub mod auth;
-pub mod bodies;
-pub mod cli;
-pub mod configuration;
-pub mod db;
-pub mod error;
-pub mod failover;
-pub mod load;
-pub mod openapi;
-pub mod outbox;
+pub mod events;
+pub mod http;
+pub mod ops;
 pub mod payments;
-pub mod reconcile;
-pub mod reservations;
-pub mod routes;
+pub mod reserve;
 pub mod sales;
-pub mod settlement;
-pub mod startup;
-pub mod state;
-pub mod store;
-pub mod sweep;
-pub mod telemetry;
-pub mod workers;
+pub mod settle;

@@ -14,8 +14,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = origin::cli::Cli::parse();
-    match origin::cli::run(cli).await {
+    let cli = origin::ops::cli::Cli::parse();
+    match origin::ops::cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

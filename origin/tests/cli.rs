@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, TestDb, free_port, redis_url, ring_env};
 
 fn origin(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -253,7 +253,7 @@ async fn config_check_connects_through_sentinel() {
     let admission = ring_env("adm1");
     let migrated = origin(&["migrate"], &[("DATABASE_URL", &fresh.url)]);
     assert!(migrated.status.success(), "{}", text(&migrated));
-    let origin::configuration::RedisTarget::Sentinel { nodes, master } = setup.target() else {
+    let origin::ops::configuration::RedisTarget::Sentinel { nodes, master } = setup.target() else {
         unreachable!()
     };
     let nodes = nodes.join(",");

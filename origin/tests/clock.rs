@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chrono::Utc;
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, parse_time, sale_spec};
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";

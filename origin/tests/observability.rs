@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, free_port, sale_spec};
 
 fn bin() -> &'static Path {
@@ -120,8 +120,12 @@ async fn latency_samples_do_not_pile_up_when_nobody_scrapes() {
         ..AppOptions::default()
     })
     .await;
-    let origin =
-        OriginProcess::start(bin(), &app, &[("RUST_LOG", "warn,origin::startup=info")]).await;
+    let origin = OriginProcess::start(
+        bin(),
+        &app,
+        &[("RUST_LOG", "warn,origin::ops::startup=info")],
+    )
+    .await;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(16)
         .build()

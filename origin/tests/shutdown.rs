@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use origin::sales::Sale;
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
+use origin::sales::sale::Sale;
 use redis::AsyncCommands;
 use tests::{AppOptions, OriginProcess, TestApp, heavy, sale_spec};
 
@@ -51,7 +51,7 @@ async fn pending(app: &TestApp, s: &Sale) -> i64 {
     for k in &s.shards {
         let summary: redis::Value = redis::cmd("XPENDING")
             .arg(&k.stream)
-            .arg(origin::store::GROUP)
+            .arg(origin::reserve::store::GROUP)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -72,7 +72,7 @@ async fn consumers(app: &TestApp, s: &Sale) -> usize {
         let list: Vec<redis::Value> = redis::cmd("XINFO")
             .arg("CONSUMERS")
             .arg(&k.stream)
-            .arg(origin::store::GROUP)
+            .arg(origin::reserve::store::GROUP)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -83,7 +83,11 @@ async fn consumers(app: &TestApp, s: &Sale) -> usize {
 
 async fn wait_drained(app: &TestApp, s: &Sale, origin: &OriginProcess) {
     for _ in 0..400 {
-        if origin::settlement::lag(&app.state.engine, s).await.unwrap() == 0 {
+        if origin::settle::settler::lag(&app.state.engine, s)
+            .await
+            .unwrap()
+            == 0
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -187,9 +191,10 @@ async fn sigterm_during_a_reservation_race_loses_nothing() {
             .await
             .unwrap();
     assert_eq!((total, held, sold), (5_000, told.len() as i32, 0));
-    let report = origin::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &s, false)
-        .await
-        .unwrap();
+    let report =
+        origin::settle::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &s, false)
+            .await
+            .unwrap();
     assert_eq!((report.lag, report.drift), (0, 0), "{report:?}");
     assert!(report.mismatched_shards.is_empty(), "{report:?}");
 

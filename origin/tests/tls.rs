@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
 use tests::{AppOptions, OriginProcess, TestApp, free_port, ring_env, sale_spec};
 
 /// A CA and a server certificate for 127.0.0.1, made with the openssl CLI.

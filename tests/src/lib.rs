@@ -13,10 +13,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use origin::configuration::{AckMode, RedisTarget, Settings};
-use origin::sales::{SaleConfig, SaleSpec};
-use origin::startup::{Application, Workers};
-use origin::state::AppState;
+use origin::ops::configuration::{AckMode, RedisTarget, Settings};
+use origin::ops::startup::Application;
+use origin::ops::state::AppState;
+use origin::ops::workers::Workers;
+use origin::sales::sale::SaleConfig;
+use origin::sales::spec::SaleSpec;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -177,7 +179,7 @@ pub fn ring_env(kid: &str) -> String {
 }
 
 pub fn now_secs() -> u64 {
-    origin::auth::now_secs()
+    origin::ops::clock::now_secs()
 }
 
 /// The payment webhook secret of every [`TestApp`].
@@ -229,7 +231,7 @@ impl TestApp {
 
     pub async fn spawn_with(opts: AppOptions) -> TestApp {
         if std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0") {
-            origin::telemetry::init_tracing("info,sqlx=warn");
+            origin::ops::telemetry::init_tracing("info,sqlx=warn");
         }
         let db = TestDb::create().await;
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
@@ -323,12 +325,12 @@ impl TestApp {
     /// count and spill quota down, its key record and spill marker gone), no
     /// stream record written — while Postgres, where the settler already wrote
     /// it, still has it.
-    pub async fn forget_hold(&self, sale: &origin::sales::Sale, id: &str) {
+    pub async fn forget_hold(&self, sale: &origin::sales::sale::Sale, id: &str) {
         let mut conn = self.redis().await;
         for (i, k) in sale.shards.iter().enumerate() {
             let raw: Option<String> = conn.hget(&k.holds, id).await.unwrap();
             let Some(raw) = raw else { continue };
-            let h = origin::reservations::HoldRecord::parse(&raw).unwrap();
+            let h = origin::reserve::engine::HoldRecord::parse(&raw).unwrap();
             let home = &sale.shards[h.home];
             let _: () = conn.hdel(&k.holds, id).await.unwrap();
             let _: () = conn.zrem(&k.exp, id).await.unwrap();
@@ -366,14 +368,16 @@ impl TestApp {
     }
 
     /// A Redis connection of the kind the app uses.
-    pub async fn redis(&self) -> origin::store::RedisConn {
-        origin::store::connect(&self.redis).await.expect("redis")
+    pub async fn redis(&self) -> origin::reserve::store::RedisConn {
+        origin::reserve::store::connect(&self.redis)
+            .await
+            .expect("redis")
     }
 
     /// Creates a sale through the product's own `sale create` path.
     pub async fn create_sale(&self, spec: SaleSpec) -> SaleConfig {
         let mut conn = self.redis().await;
-        origin::sales::create_sale(&self.state.pool, &mut conn, &self.prefix, &spec)
+        origin::sales::spec::create_sale(&self.state.pool, &mut conn, &self.prefix, &spec)
             .await
             .expect("sale created")
     }
@@ -555,8 +559,8 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
-        join_limit: origin::sales::DEFAULT_JOIN_LIMIT,
-        currency: origin::sales::DEFAULT_CURRENCY.into(),
+        join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
+        currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
     }
 }
@@ -1094,14 +1098,14 @@ pub async fn race(app: &TestApp, sale: &str) -> RaceResult {
     let sampler = {
         let stop = stop.clone();
         let mut conn = app.redis().await;
-        let keys: Vec<(origin::store::ShardKeys, i64)> = cfg
+        let keys: Vec<(origin::reserve::store::ShardKeys, i64)> = cfg
             .shard_tags
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let share = origin::sales::shard_units(1_000, 4, i as i32);
+                let share = origin::sales::sale::shard_units(1_000, 4, i as i32);
                 (
-                    origin::store::ShardKeys::new(&app.prefix, t),
+                    origin::reserve::store::ShardKeys::new(&app.prefix, t),
                     i64::from(share),
                 )
             })

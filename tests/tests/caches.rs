@@ -3,7 +3,7 @@
 //! first sight of a sale id reads Postgres once, and ids nobody sells are
 //! remembered in a bounded cache, so random ids cannot grow memory.
 
-use origin::sales::SaleRegistry;
+use origin::sales::registry::SaleRegistry;
 use tests::{TestApp, sale_spec};
 
 /// The value of a counter line in Prometheus text (0 when absent).

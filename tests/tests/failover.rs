@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use origin::configuration::{AckMode, RedisTarget};
+use origin::ops::configuration::{AckMode, RedisTarget};
 use serde_json::Value;
 use tests::{AppOptions, RedisServer, SentinelSetup, TestApp, heavy, sale_spec};
 
@@ -174,7 +174,7 @@ async fn kill_the_primary(ack: AckMode) -> KillReport {
         if Instant::now() >= deadline {
             // Seen once in CI (1 of 10 runs): say what settlement waits on.
             let sale = app.state.sales.get("fo").await.unwrap().unwrap();
-            let lag = origin::settlement::lag(&app.state.engine, &sale).await;
+            let lag = origin::settle::settler::lag(&app.state.engine, &sale).await;
             let replication = setup.replication_of(new);
             panic!(
                 "{missing} acknowledged holds not settled into Postgres 15 s after the \
@@ -334,7 +334,7 @@ async fn with_wait_and_no_replica_the_answer_is_503_and_a_retry_replays_the_one_
 /// about it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_acknowledger_confirms_only_what_the_primary_shows() {
-    use origin::ack::{AckError, Acker, Fact, FactKind};
+    use origin::reserve::ack::{AckError, Acker, Fact, FactKind};
     use redis::AsyncCommands;
     let primary = RedisServer::start_on_free_cluster_port(&["--appendonly", "no"]);
     let _replica = RedisServer::start_on_free_cluster_port(&[
@@ -348,8 +348,8 @@ async fn the_acknowledger_confirms_only_what_the_primary_shows() {
     // the round below once timed out (NotReplicated for all five) while the
     // other tests of this file started their servers (2026-12-04).
     let acker = Acker::start(target.clone(), Duration::from_secs(5), 2);
-    let keys = origin::store::ShardKeys::new("ackt", "ackt/s/0");
-    let mut conn = origin::store::connect(&target).await.unwrap();
+    let keys = origin::reserve::store::ShardKeys::new("ackt", "ackt/s/0");
+    let mut conn = origin::reserve::store::connect(&target).await.unwrap();
     let _: () = conn
         .hset(&keys.holds, "h1", r#"{"a":"x","q":1,"s":"held"}"#)
         .await
@@ -408,7 +408,7 @@ async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pay
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
     let sign = || {
-        Some(origin::payments::sign_webhook(
+        Some(origin::payments::webhook::sign_webhook(
             tests::WEBHOOK_SECRET,
             tests::now_secs(),
             event.as_bytes(),
@@ -416,7 +416,7 @@ async fn with_wait_a_payment_confirm_no_replica_has_is_undone_and_redelivery_pay
     };
     let s = app.state.sales.get("pw").await.unwrap().unwrap();
     let mut conn = app.redis().await;
-    let hold_status = async |conn: &mut origin::store::RedisConn| {
+    let hold_status = async |conn: &mut origin::reserve::store::RedisConn| {
         let raw: String = conn.hget(&s.shards[0].holds, &id).await.unwrap();
         serde_json::from_str::<Value>(&raw).unwrap()["s"]
             .as_str()

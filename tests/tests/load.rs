@@ -78,7 +78,7 @@ async fn sheds_and_latency_reach_the_edge_with_the_answers_and_the_summary() {
 /// origin's config TTL); bad values are refused and change nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_and_the_p99_target_are_published_in_the_summary() {
-    use origin::sales::{SaleChange, SaleSpec, change_sale};
+    use origin::sales::spec::{SaleChange, SaleSpec, change_sale};
     let app = TestApp::spawn().await;
     app.create_sale(SaleSpec {
         admission_p99_ms: 80.0,

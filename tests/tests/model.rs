@@ -34,8 +34,10 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use origin::reservations::{Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard};
-use origin::sales::{Sale, shard_units};
+use origin::reserve::engine::{
+    Engine, HoldRecord, HomeStep, Outcome, ReserveCall, Took, home_shard,
+};
+use origin::sales::sale::{Sale, shard_units};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use redis::AsyncCommands;
@@ -622,7 +624,7 @@ async fn apply(
                 return Ok(());
             };
             let (id, m) = (id.clone(), m.clone());
-            let home = origin::reservations::ReservationId::parse(&id)
+            let home = origin::reserve::engine::ReservationId::parse(&id)
                 .unwrap()
                 .home;
             let found = engine
@@ -637,7 +639,7 @@ async fn apply(
                 .release(&sale.shards[shard], shard, &id, "cancelled")
                 .await
                 .map_err(|e| e.to_string())?;
-            use origin::reservations::Released;
+            use origin::reserve::engine::Released;
             match r {
                 Released::Paid => check!(m.paid, "release said paid for {m:?}"),
                 Released::Now { qty } => {
@@ -652,7 +654,7 @@ async fn apply(
                 return Ok(());
             };
             let (id, m) = (id.clone(), m.clone());
-            let home = origin::reservations::ReservationId::parse(&id)
+            let home = origin::reserve::engine::ReservationId::parse(&id)
                 .unwrap()
                 .home;
             let Some((shard, _)) = engine
@@ -694,7 +696,7 @@ async fn apply(
         }
         Op::Retry { .. } => unreachable!("resolved to a Reserve above"),
         Op::Sweep => {
-            origin::sweep::sweep_sale(engine, sale)
+            origin::settle::sweep::sweep_sale(engine, sale)
                 .await
                 .map_err(|e| e.to_string())?;
         }
@@ -772,7 +774,7 @@ async fn apply(
                 .keys_matching(&format!("{}*", k.stock.trim_end_matches("stock")))
                 .await;
             let _: () = conn.del(names).await.unwrap();
-            let rebuilt = origin::reconcile::rebuild_sale(engine, &app.state.pool, sale)
+            let rebuilt = origin::settle::rebuild::rebuild_sale(engine, &app.state.pool, sale)
                 .await
                 .map_err(|e| e.to_string())?;
             check!(rebuilt == vec![i], "rebuilt {rebuilt:?}, lost {i}");
@@ -821,7 +823,7 @@ fn the_scripts_keep_their_invariants_under_random_steps_and_crashes() {
         .build()
         .unwrap();
     let app = rt.block_on(TestApp::spawn_with(AppOptions {
-        workers: origin::startup::Workers::NONE,
+        workers: origin::ops::workers::Workers::NONE,
         ..AppOptions::default()
     }));
     let mut runner = TestRunner::new(Config {
@@ -850,7 +852,7 @@ fn the_scripts_keep_their_invariants_under_random_steps_and_crashes() {
 /// Runs one recorded sequence on a fresh app.
 async fn regression(setup: Setup, ops: Vec<Op>) {
     let app = TestApp::spawn_with(AppOptions {
-        workers: origin::startup::Workers::NONE,
+        workers: origin::ops::workers::Workers::NONE,
         ..AppOptions::default()
     })
     .await;

@@ -69,14 +69,14 @@ async fn selling_goes_on_while_postgres_is_down_and_settles_after() {
     assert_eq!(status, 503);
     assert_eq!(body["checks"]["postgres"], "unavailable", "{body}");
     let s = app.state.sales.get("pgdown").await.unwrap().unwrap();
-    let lag = origin::settlement::lag(&app.state.engine, &s)
+    let lag = origin::settle::settler::lag(&app.state.engine, &s)
         .await
         .unwrap();
     assert!(lag >= 20, "the backlog waits in the streams: lag {lag}");
 
     postgres_down(&app, false).await;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while origin::settlement::lag(&app.state.engine, &s)
+    while origin::settle::settler::lag(&app.state.engine, &s)
         .await
         .unwrap()
         > 0

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use origin::payments::sign_webhook;
-use origin::startup::Workers;
+use origin::ops::workers::Workers;
+use origin::payments::webhook::sign_webhook;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use tests::{AppOptions, TestApp, sale_spec};
@@ -332,13 +332,13 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
     .await
     .unwrap();
     let mut conn = app.redis().await;
-    let sink = origin::outbox::RedisStreamSink {
+    let sink = origin::events::sink::RedisStreamSink {
         conn: conn.clone(),
         stream: format!("{}:private-events", app.prefix),
     };
     // The in-process relay is off: this call is the only one that can take
     // the row, so it must publish it (a relay that publishes nothing fails).
-    let published = origin::outbox::relay_once(&app.state.pool, &sink, 10, true)
+    let published = origin::events::relay::relay_once(&app.state.pool, &sink, 10, true)
         .await
         .unwrap();
     assert_eq!(published, 1, "published once before the \"crash\"");
@@ -349,7 +349,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         // until Postgres notices the closed connection.
         let mut again = 0;
         for _ in 0..50 {
-            again = origin::outbox::relay_once(&app.state.pool, &sink, 10, false)
+            again = origin::events::relay::relay_once(&app.state.pool, &sink, 10, false)
                 .await
                 .unwrap();
             if again > 0 {
@@ -361,7 +361,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         let copies: i64 = conn.xlen(&sink.stream).await.unwrap();
         assert_eq!(copies, 2);
         let mut handled = Vec::new();
-        let n = origin::outbox::consume_once(
+        let n = origin::events::consume::consume_once(
             &app.state.pool,
             &mut conn,
             &sink.stream,
@@ -371,7 +371,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
         .await
         .unwrap();
         assert_eq!((n, handled), (1, vec!["evt_x".to_string()]));
-        let n = origin::outbox::consume_once(
+        let n = origin::events::consume::consume_once(
             &app.state.pool,
             &mut conn,
             &sink.stream,
@@ -963,7 +963,7 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
         )
     };
     let before = holds().await;
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, false)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, false)
         .await
         .unwrap();
     let mut seen = r.state_mismatches.clone();
@@ -977,14 +977,14 @@ async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disa
         .execute(&mut *busy)
         .await
         .unwrap();
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, true)
         .await
         .unwrap();
     assert_eq!(r.aligned, vec![b.clone()], "{r:?}");
     assert_eq!(redis_hold(&app, "tamper", &a).await.unwrap().1["s"], "paid");
     busy.rollback().await.unwrap();
     // ...and repaired from Postgres once nothing is in flight.
-    let r = origin::reconcile::reconcile_sale(engine, pool, &sale, true)
+    let r = origin::settle::reconcile::reconcile_sale(engine, pool, &sale, true)
         .await
         .unwrap();
     assert_eq!(r.aligned, vec![a.clone()], "{r:?}");
@@ -1061,7 +1061,7 @@ async fn reconciler_checks_paid_states_without_reading_every_hold() {
     }
     let sale = app.state.sales.get("paidlook").await.unwrap().unwrap();
     let round = async || {
-        origin::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
+        origin::settle::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
             .await
             .unwrap()
     };

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use origin::configuration::RedisTarget;
-use origin::startup::Workers;
+use origin::ops::configuration::RedisTarget;
+use origin::ops::workers::Workers;
 use redis::AsyncCommands;
 use serde_json::Value;
 use tests::{AppOptions, RaceResult, RedisCluster, RedisServer, TestApp, race, sale_spec};
@@ -153,9 +153,9 @@ async fn same_key_replayed_during_spill_is_one_hold_on_another_shard() {
     })
     .await;
     let cfg = app.create_sale(sale_spec("spill", 4, 2, 2)).await;
-    let home = origin::reservations::home_shard("bob", 2);
-    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
-    let other = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[1 - home]);
+    let home = origin::reserve::engine::home_shard("bob", 2);
+    let hk = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
+    let other = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[1 - home]);
     let mut conn = app.redis().await;
     // Empty bob's home shard behind the product's back, to force the spill.
     let _: () = conn.set(&hk.stock, 0).await.unwrap();
@@ -551,10 +551,10 @@ async fn same_key_with_another_qty_is_refused_and_never_passes_the_limit() {
     // back so that every first request spills to shard 1.
     let accounts: Vec<String> = (0..)
         .map(|i| format!("acct{i}"))
-        .filter(|a| origin::reservations::home_shard(a, 2) == 0)
+        .filter(|a| origin::reserve::engine::home_shard(a, 2) == 0)
         .take(24)
         .collect();
-    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
+    let hk = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
     let _: () = conn.set(&hk.stock, 0).await.unwrap();
     for acct in &accounts {
         let token = app.admit(acct, "reqty");
@@ -624,7 +624,7 @@ async fn same_key_with_another_qty_is_refused_and_never_passes_the_limit() {
     assert_eq!(s, 202, "{b}");
     let id = b["reservation_id"].as_str().unwrap().to_string();
     for _ in 0..100 {
-        if origin::settlement::lag(&app.state.engine, &sale)
+        if origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap()
             == 0
@@ -669,14 +669,14 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
     .await;
     let cfg = app.create_sale(sale_spec("crashspill", 9, 2, 3)).await;
     let sale = app.state.sales.get("crashspill").await.unwrap().unwrap();
-    let home = origin::reservations::home_shard("dora", 3);
-    let hk = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
+    let home = origin::reserve::engine::home_shard("dora", 3);
+    let hk = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[home]);
     let mut conn = app.redis().await;
     let _: () = conn.set(&hk.stock, 0).await.unwrap();
     // Run the engine's steps as the request would, and stop after take.lua.
-    let call = origin::reservations::ReserveCall::new(&sale, "dora", 2, "k");
+    let call = origin::reserve::engine::ReserveCall::new(&sale, "dora", 2, "k");
     let engine = &app.state.engine;
-    let origin::reservations::HomeStep::Spill { hold_id, qty } =
+    let origin::reserve::engine::HomeStep::Spill { hold_id, qty } =
         engine.reserve_home(&call).await.unwrap()
     else {
         panic!("the home shard is empty: the request spills");
@@ -688,7 +688,7 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
         .unwrap();
     let took = engine.take(&call, &hold_id, qty, shard).await.unwrap();
     assert!(
-        matches!(took, origin::reservations::Took::Held(_)),
+        matches!(took, origin::reserve::engine::Took::Held(_)),
         "{took:?}"
     );
     // The process is gone. The hold is still found (live: held, or already
@@ -780,7 +780,7 @@ async fn a_burst_past_max_in_flight_is_shed_with_429_and_changes_nothing() {
     }
     assert_eq!(stock, 1_000 - held as i64, "only the accepted took units");
     for acct in &shed {
-        let home = &sale.shards[origin::reservations::home_shard(acct, 4)];
+        let home = &sale.shards[origin::reserve::engine::home_shard(acct, 4)];
         let count: Option<i64> = conn.hget(&home.users, acct.as_str()).await.unwrap();
         let key: bool = conn.exists(home.idem(acct, "k")).await.unwrap();
         assert_eq!(

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use origin::configuration::RedisTarget;
-use origin::reconcile;
-use origin::startup::Workers;
+use origin::ops::configuration::RedisTarget;
+use origin::ops::workers::Workers;
+use origin::settle::{rebuild, reconcile};
 use redis::AsyncCommands;
 use tests::{AppOptions, RedisServer, TestApp, race, sale_spec};
 
@@ -18,7 +18,7 @@ const NO_WORKERS: Workers = Workers::NONE;
 async fn wait_settled(app: &TestApp, sale: &str) {
     let s = app.state.sales.get(sale).await.unwrap().unwrap();
     for _ in 0..300 {
-        if origin::settlement::lag(&app.state.engine, &s)
+        if origin::settle::settler::lag(&app.state.engine, &s)
             .await
             .unwrap()
             == 0
@@ -145,7 +145,7 @@ async fn a_worker_dying_between_commit_and_ack_loses_and_doubles_nothing() {
     let mut pending_holds = HashSet::new();
     for k in &sale.shards {
         let pending: redis::streams::StreamPendingCountReply = conn
-            .xpending_count(&k.stream, origin::store::GROUP, "-", "+", 1000)
+            .xpending_count(&k.stream, origin::reserve::store::GROUP, "-", "+", 1000)
             .await
             .unwrap();
         for p in pending.ids {
@@ -279,7 +279,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
         "dead letters are a metric to alarm on"
     );
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap(),
         0,
@@ -318,7 +318,7 @@ async fn redelivered_entries_change_nothing_and_bad_ones_are_parked() {
 async fn three_holds_where_postgres_has_room_for_one(
     app: &TestApp,
     id: &str,
-) -> std::sync::Arc<origin::sales::Sale> {
+) -> std::sync::Arc<origin::sales::sale::Sale> {
     app.create_sale(sale_spec(id, 10, 2, 1)).await;
     sqlx::query("UPDATE inventory SET sold = 9 WHERE sale_id = $1")
         .bind(id)
@@ -466,7 +466,7 @@ async fn a_repair_is_refused_once_a_hold_came_and_went_since_the_comparison() {
     let k = &sale.shards[0];
     let engine = &app.state.engine;
     let mut conn = app.redis().await;
-    let observe = |mut conn: origin::store::RedisConn| async move {
+    let observe = |mut conn: origin::reserve::store::RedisConn| async move {
         let r: (String, i64, String) = engine
             .scripts
             .observe
@@ -564,7 +564,7 @@ async fn redis_losing_its_data_mid_sale_is_503_then_rebuilt_and_selling_goes_on(
     assert_eq!(answer.0, 503, "never sells blind: {}", answer.1);
     assert_eq!(answer.1["error"]["code"], "sale_unavailable");
     let sale = app.state.sales.get("cold").await.unwrap().unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0, 1]);
@@ -651,7 +651,7 @@ async fn a_release_settled_before_its_hold_leaves_no_phantom_row() {
     let o = second.claim_shard(&sale, 0).await.unwrap();
     assert_eq!(o.entries, 1, "the pending hold is claimed");
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap(),
         0
@@ -703,8 +703,8 @@ async fn allow_writes(app: &TestApp) {
 async fn release_pending_then_new_hold(
     app: &TestApp,
     id: &str,
-    first: &origin::settlement::Settler,
-) -> (std::sync::Arc<origin::sales::Sale>, String, String) {
+    first: &origin::settle::settler::Settler,
+) -> (std::sync::Arc<origin::sales::sale::Sale>, String, String) {
     app.create_sale(sale_spec(id, 1, 1, 1)).await;
     let sale = app.state.sales.get(id).await.unwrap().unwrap();
     let alice = app.admit("alice", id);
@@ -740,8 +740,8 @@ async fn status_of(app: &TestApp, id: &str) -> String {
 
 /// The end every order of settlement must reach: everything settled,
 /// alice's hold cancelled, bob's (the 202 he got) live in both stores.
-async fn bobs_hold_stands(app: &TestApp, sale: &origin::sales::Sale, h1: &str, h2: &str) {
-    let lag = origin::settlement::lag(&app.state.engine, sale).await;
+async fn bobs_hold_stands(app: &TestApp, sale: &origin::sales::sale::Sale, h1: &str, h2: &str) {
+    let lag = origin::settle::settler::lag(&app.state.engine, sale).await;
     assert_eq!(lag.unwrap(), 0, "everything settled");
     assert_eq!(status_of(app, h1).await, "cancelled");
     assert_eq!(status_of(app, h2).await, "settled", "bob's 202 holds");
@@ -852,7 +852,7 @@ async fn a_hold_that_reclaims_an_expired_one_at_sell_out_is_not_rejected() {
 
 /// Deletes every key of one shard's hash tag, as losing the cluster master
 /// that held its slot (without a replica) would.
-async fn lose_shard(app: &TestApp, keys: &origin::store::ShardKeys) {
+async fn lose_shard(app: &TestApp, keys: &origin::reserve::store::ShardKeys) {
     let names = app
         .keys_matching(&format!("{}*", keys.stock.trim_end_matches("stock")))
         .await;
@@ -876,11 +876,11 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
     let sale = app.state.sales.get("lagging").await.unwrap().unwrap();
     let accounts: Vec<String> = (0..)
         .map(|i| format!("a{i}"))
-        .filter(|a| origin::reservations::home_shard(a, 3) == 0)
+        .filter(|a| origin::reserve::engine::home_shard(a, 3) == 0)
         .take(2)
         .collect();
     let (jay, ivy) = (accounts[0].as_str(), accounts[1].as_str());
-    let home = origin::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
+    let home = origin::reserve::store::ShardKeys::new(&app.prefix, &cfg.shard_tags[0]);
     // jay holds one unit on his home shard, settled in Postgres.
     let jay_t = app.admit(jay, "lagging");
     let (s, b, _) = app
@@ -900,7 +900,7 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
     assert_eq!(s, 202, "{b}");
     let ivy_id = b["reservation_id"].as_str().unwrap().to_string();
     assert!(
-        origin::settlement::lag(&app.state.engine, &sale)
+        origin::settle::settler::lag(&app.state.engine, &sale)
             .await
             .unwrap()
             > 0
@@ -911,7 +911,7 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
         .reserve("lagging", Some(&ivy_t), Some("i2"), r#"{"qty":1}"#)
         .await;
     assert_eq!(s, 503, "never sells blind");
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1031,8 +1031,8 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
 type SaleOnOwnRedis = (
     RedisServer,
     TestApp,
-    std::sync::Arc<origin::sales::Sale>,
-    origin::store::RedisConn,
+    std::sync::Arc<origin::sales::sale::Sale>,
+    origin::reserve::store::RedisConn,
 );
 
 /// A sale (limit 2) of `units` over `shards` on a Redis of the test's own
@@ -1084,7 +1084,12 @@ async fn a_reconcile_round_over_two_hundred_thousand_holds_never_blocks_redis() 
 /// Writes `n` held hold records (one unit each, expiring in 10 minutes, of
 /// accounts whose home is shard `home`) straight into a shard's `holds`
 /// hash, 1,000 per `HSET`.
-async fn write_hold_records(conn: &mut origin::store::RedisConn, holds: &str, n: usize, home: u16) {
+async fn write_hold_records(
+    conn: &mut origin::reserve::store::RedisConn,
+    holds: &str,
+    n: usize,
+    home: u16,
+) {
     let exp = tests::now_secs() * 1000 + 600_000;
     for from in (0..n).step_by(1_000) {
         let mut cmd = redis::cmd("HSET");
@@ -1099,7 +1104,7 @@ async fn write_hold_records(conn: &mut origin::store::RedisConn, holds: &str, n:
 }
 
 /// From now on, the test's own Redis logs every command slower than 50 ms.
-async fn log_slow_commands_from_now(conn: &mut origin::store::RedisConn) {
+async fn log_slow_commands_from_now(conn: &mut origin::reserve::store::RedisConn) {
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-log-slower-than")
@@ -1115,7 +1120,7 @@ async fn log_slow_commands_from_now(conn: &mut origin::store::RedisConn) {
 }
 
 /// The commands Redis logged as slow since [`log_slow_commands_from_now`].
-async fn slow_commands(conn: &mut origin::store::RedisConn) -> Vec<String> {
+async fn slow_commands(conn: &mut origin::reserve::store::RedisConn) -> Vec<String> {
     let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(32)
@@ -1178,8 +1183,8 @@ async fn a_big_shard_lost(id: &str, holds: i64, surviving: usize) -> SaleOnOwnRe
 /// expiry of its own, and no rebuild left staging keys behind.
 async fn assert_rebuilt_whole(
     app: &TestApp,
-    conn: &mut origin::store::RedisConn,
-    k: &origin::store::ShardKeys,
+    conn: &mut origin::reserve::store::RedisConn,
+    k: &origin::reserve::store::ShardKeys,
     holds: usize,
 ) {
     let stock: i64 = conn.get(&k.stock).await.unwrap();
@@ -1215,7 +1220,7 @@ async fn a_cold_rebuild_of_a_hundred_thousand_holds_never_blocks_redis() {
     const HOLDS: usize = 100_000;
     let (_redis, app, sale, mut conn) = a_big_shard_lost("huge", HOLDS as i64, 100_000).await;
     log_slow_commands_from_now(&mut conn).await;
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     let slow = slow_commands(&mut conn).await;
@@ -1241,7 +1246,7 @@ async fn a_rebuild_writes_its_entries_over_a_key_that_exists_again() {
         .hset_multiple(&k.users, &[("acct1", 5), ("someone-else", 2)])
         .await
         .unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1303,7 +1308,7 @@ async fn a_staged_copy_that_is_not_all_there_is_never_made_live() {
     assert_eq!((stock, records), (None, 0), "the shard stays lost");
     let left = app.keys_matching("*:rebuild:*").await;
     assert!(left.is_empty(), "staging keys left: {left:?}");
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0]);
@@ -1320,8 +1325,8 @@ async fn two_rebuilds_of_one_lost_shard_at_once_rebuild_it_once() {
     const HOLDS: usize = 20_000;
     let (_redis, app, sale, mut conn) = a_big_shard_lost("twice", HOLDS as i64, 1_000).await;
     let (a, b) = tokio::join!(
-        reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
-        reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
+        rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
+        rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale),
     );
     let mut outcomes = vec![a.unwrap(), b.unwrap()];
     outcomes.sort();
@@ -1342,7 +1347,7 @@ async fn two_rebuilds_of_one_lost_shard_at_once_rebuild_it_once() {
 /// and no account is over its limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler() {
-    use origin::reservations::home_shard;
+    use origin::reserve::engine::home_shard;
     let app = TestApp::spawn_with(AppOptions {
         workers: NO_WORKERS,
         ..Default::default()
@@ -1384,8 +1389,11 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
     let event = serde_json::json!({"id": "evt_lost_b", "type": "payment.succeeded",
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
-    let sig =
-        origin::payments::sign_webhook(tests::WEBHOOK_SECRET, tests::now_secs(), event.as_bytes());
+    let sig = origin::payments::webhook::sign_webhook(
+        tests::WEBHOOK_SECRET,
+        tests::now_secs(),
+        event.as_bytes(),
+    );
     let (s, body) = app.webhook(&event, Some(sig)).await;
     assert_eq!((s, body["result"].as_str()), (200, Some("paid")), "{body}");
 
@@ -1491,7 +1499,7 @@ async fn holds_a_failover_took_back_are_released_or_restored_by_the_reconciler()
         let hs: std::collections::HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
         holds += hs
             .values()
-            .map(|raw| origin::reservations::HoldRecord::parse(raw).unwrap().qty)
+            .map(|raw| origin::reserve::engine::HoldRecord::parse(raw).unwrap().qty)
             .sum::<i64>();
     }
     assert_eq!((held + sold) as i64, live);
@@ -1572,7 +1580,7 @@ async fn while_a_shard_has_lost_its_keys_purchase_cancel_and_payment_answer_503(
         "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
     .to_string();
     let webhook = || {
-        let sig = origin::payments::sign_webhook(
+        let sig = origin::payments::webhook::sign_webhook(
             tests::WEBHOOK_SECRET,
             tests::now_secs(),
             event.as_bytes(),
@@ -1608,7 +1616,7 @@ async fn while_a_shard_has_lost_its_keys_purchase_cancel_and_payment_answer_503(
     assert_eq!(ask_while_gone(&app, webhook).await, unavailable, "payment");
 
     let sale = app.state.sales.get("blank").await.unwrap().unwrap();
-    let rebuilt = reconcile::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
         .await
         .unwrap();
     assert_eq!(rebuilt, vec![0, 1]);
@@ -1695,7 +1703,7 @@ async fn only_settled_entries_leave_the_stream() {
     // Another settler read the first entry and died before settling it.
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(origin::store::GROUP)
+        .arg(origin::reserve::store::GROUP)
         .arg("dead-settler")
         .arg("COUNT")
         .arg(1)
@@ -1787,12 +1795,12 @@ async fn every_reservation_row_names_a_sale_postgres_has() {
         .unwrap();
     let r = app.state.settler().settle_shard(&gone, 0).await;
     assert!(
-        matches!(&r, Err(origin::settlement::SettleError::UnknownSale(s)) if s == "gone"),
+        matches!(&r, Err(origin::settle::settler::SettleError::UnknownSale(s)) if s == "gone"),
         "{r:?}"
     );
     assert_eq!(rows("gone").await, 0, "a row for a sale Postgres lacks");
     assert_eq!(
-        origin::settlement::lag(&app.state.engine, &gone)
+        origin::settle::settler::lag(&app.state.engine, &gone)
             .await
             .unwrap(),
         1,
@@ -1826,7 +1834,7 @@ async fn every_reservation_row_names_a_sale_postgres_has() {
 }
 
 /// HSCAN calls the server has answered since its stats were reset.
-async fn hscan_calls(conn: &mut origin::store::RedisConn) -> u64 {
+async fn hscan_calls(conn: &mut origin::reserve::store::RedisConn) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 use token::{Claims, KeyRing, TokenType};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::history::{Entry, Op, Writer};
-use origin::reservations::now_ms;
+use crate::chaos::history::{Entry, Op, Writer};
+use origin::ops::clock::now_ms;
 
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
@@ -185,7 +185,7 @@ impl Shared {
             TokenType::Admit,
             account,
             Some(self.args.sale.clone()),
-            origin::auth::now_secs(),
+            origin::ops::clock::now_secs(),
             900,
         ))
     }
@@ -253,7 +253,11 @@ impl Shared {
         let body = serde_json::to_vec(event).expect("json");
         let url = format!("{}/webhooks/payments", self.args.origin);
         self.tried(&t, || {
-            let sig = origin::payments::sign_webhook(&self.secret, origin::auth::now_secs(), &body);
+            let sig = origin::payments::webhook::sign_webhook(
+                &self.secret,
+                origin::ops::clock::now_secs(),
+                &body,
+            );
             self.client
                 .post(&url)
                 .header("content-type", "application/json")
@@ -403,7 +407,7 @@ async fn sample_lag(s: Arc<Shared>, stop: tokio_util::sync::CancellationToken) {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    crate::ensure_loopback(&args.origin)?;
+    crate::loopback::ensure_loopback(&args.origin)?;
     anyhow::ensure!(
         args.seconds <= 1_800 && args.tail_seconds <= 600 && args.rate > 0.0,
         "at most 1,800 s of load and 600 s of tail, at a positive rate"
@@ -412,7 +416,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.accounts > 0 && args.max_qty >= 1,
         "accounts and max-qty ≥ 1"
     );
-    let ring = origin::configuration::key_ring("ADMISSION_TOKEN_KEYS")?;
+    let ring = origin::ops::configuration::key_ring("ADMISSION_TOKEN_KEYS")?;
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET")
         .map_err(|_| anyhow::anyhow!("PAYMENT_WEBHOOK_SECRET is not set"))?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Entry>();

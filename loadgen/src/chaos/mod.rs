@@ -1,63 +1,22 @@
 //! `loadgen chaos`: the Jepsen-style half of `scripts/chaos` (issue 17).
 //!
 //! The script starts the servers, the origin and the faults; this module
-//! drives the load and records its history (`run`, [`load`]), waits for
-//! the sale to go quiet (`wait`), checks the history against the end state
-//! of Redis and Postgres (`check`, [`check`]) and writes RELIABILITY.md
-//! from the rows (`report`, [`report`]).
+//! drives the load and records its history (`chaos run`, in `load`),
+//! waits for the sale to go quiet (`chaos wait`), checks the history
+//! against the end state of Redis and Postgres (`chaos check`, in `check`)
+//! and writes RELIABILITY.md from the rows (`chaos report`, in `report`).
 //!
 //! Invariant of the split: nothing here injects a fault or knows which one
 //! ran; the checker judges every row by the same rules (DESIGN.md
 //! invariants 1–4), so a row cannot pass by being checked more leniently.
 
+//!
+//! Imports flow one way: `command` → (`load`, `check`, `report`) → `row`;
+//! `load` writes and `check` reads `history`.
+
 pub mod check;
+pub mod command;
 pub mod history;
 pub mod load;
 pub mod report;
-
-use clap::{Args, Subcommand};
-
-#[derive(Subcommand)]
-pub enum ChaosCommand {
-    /// Steady load on one sale, every request recorded (JSON lines).
-    Run(load::RunArgs),
-    /// Waits until settlement has drained and every unpaid hold has
-    /// expired, in Redis and in Postgres (bounded).
-    Wait(WaitArgs),
-    /// Checks a history against Redis and Postgres; writes the row.
-    Check(check::CheckArgs),
-    /// Writes the row of a fault that could not be injected, saying why.
-    Skip(SkipArgs),
-    /// Writes the table of several rows (Markdown); fails if any row broke
-    /// an invariant.
-    Report(report::ReportArgs),
-}
-
-#[derive(Args)]
-pub struct WaitArgs {
-    #[arg(long, default_value = "chaos")]
-    sale: String,
-    #[arg(long, default_value_t = 120)]
-    max_seconds: u64,
-}
-
-#[derive(Args)]
-pub struct SkipArgs {
-    #[command(flatten)]
-    row: check::RowArgs,
-    /// Why the row did not run.
-    #[arg(long)]
-    reason: String,
-}
-
-pub async fn run(cmd: ChaosCommand) -> anyhow::Result<()> {
-    match cmd {
-        ChaosCommand::Run(a) => load::run(a).await,
-        ChaosCommand::Wait(a) => {
-            check::wait_quiet(&a.sale, std::time::Duration::from_secs(a.max_seconds)).await
-        }
-        ChaosCommand::Check(a) => check::run(a).await,
-        ChaosCommand::Skip(a) => a.row.write(None, Some(a.reason)),
-        ChaosCommand::Report(a) => report::run(a),
-    }
-}
+pub mod row;

@@ -11,29 +11,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use crate::chaos::row::{Finding, Row};
 use clap::Args;
-use serde::{Deserialize, Serialize};
-
-use super::check::{Figures, Finding};
-
-/// One row, as `chaos check` (or `chaos skip`) writes it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Row {
-    pub row: String,
-    /// What was done, in words.
-    pub fault: String,
-    /// Why the row did not run (then no figures).
-    #[serde(default)]
-    pub not_run: Option<String>,
-    #[serde(default)]
-    pub figures: Option<Figures>,
-    /// Acknowledged holds lost fail this row.
-    #[serde(default)]
-    pub must_keep_acks: bool,
-    /// Seconds of load.
-    #[serde(default)]
-    pub seconds: u64,
-}
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
@@ -250,6 +229,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chaos::row::Figures;
 
     fn row(must_keep_acks: bool, acks_lost: i64, oversold: i64) -> Row {
         let mut f = Figures::default();

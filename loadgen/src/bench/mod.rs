@@ -1,0 +1,10 @@
+//! Benchmark clients used by `scripts/bench`. They print JSON; the script
+//! turns it into ratios against baselines measured in the same run.
+//!
+//! Imports flow one way: `curve` → `open_loop` → `tokens`; `settle` stands
+//! alone.
+
+pub mod curve;
+pub mod open_loop;
+pub mod settle;
+pub mod tokens;

@@ -1,0 +1,12 @@
+//! `loadgen sale` and `loadgen compare`: one whole sale simulated end to
+//! end over HTTP, either straight at the origin (`direct`, the simulator
+//! plays the edge) or through the real edge (`edge`), then the invariants
+//! read back from Postgres and Redis.
+//!
+//! Imports flow one way: `direct` and `edge` → (`sale`, `report`) → `args`.
+
+pub mod args;
+pub mod direct;
+pub mod edge;
+pub mod report;
+pub mod sale;

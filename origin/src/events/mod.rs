@@ -1,0 +1,10 @@
+//! Events: the outbox (rows written in the same transaction as the state
+//! change they announce), its relay to a sink, and the consumers' dedupe —
+//! exactly-once effects on at-least-once delivery.
+//!
+//! Imports flow one way: `relay` → `sink`; `consume` reads what a sink
+//! published.
+
+pub mod consume;
+pub mod relay;
+pub mod sink;

@@ -1,0 +1,65 @@
+//! Where the outbox's events go: the [`Sink`] boundary and the default
+//! sink, the Redis stream `<prefix>:events`.
+//!
+//! Invariant: a sink may receive an event more than once (the relay
+//! publishes, then marks the row sent); consumers dedupe
+//! (`crate::events::consume`).
+
+use redis::AsyncCommands;
+
+use crate::reserve::store::RedisConn;
+
+/// One outbox event.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxEvent {
+    pub id: i64,
+    pub event_id: String,
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub payload: serde_json::Value,
+}
+
+/// Where events go. Pluggable: a shop may publish to its own bus instead.
+pub trait Sink: Send + Sync {
+    fn publish(&self, event: &OutboxEvent) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// The events stream keeps about this many entries (trimmed as it grows):
+/// a consumer must not fall further behind than that. The outbox table
+/// keeps every event for a republish (docs/operations.md).
+pub const EVENTS_MAXLEN: usize = 1_000_000;
+
+/// Publishes to a Redis stream, trimmed to about [`EVENTS_MAXLEN`] entries.
+#[derive(Clone)]
+pub struct RedisStreamSink {
+    pub conn: RedisConn,
+    pub stream: String,
+}
+
+impl RedisStreamSink {
+    pub fn new(conn: RedisConn, prefix: &str) -> Self {
+        RedisStreamSink {
+            conn,
+            stream: format!("{prefix}:events"),
+        }
+    }
+}
+
+impl Sink for RedisStreamSink {
+    async fn publish(&self, event: &OutboxEvent) -> anyhow::Result<()> {
+        let mut conn = self.conn.clone();
+        let _: String = conn
+            .xadd_maxlen(
+                &self.stream,
+                redis::streams::StreamMaxlen::Approx(EVENTS_MAXLEN),
+                "*",
+                &[
+                    ("event_id", event.event_id.as_str()),
+                    ("type", event.kind.as_str()),
+                    ("payload", &event.payload.to_string()),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! `GET /api/sales/{sale}`: the sale summary, computed from Redis (stock per
+//! shard) and Postgres (sold units), cached in process for at most 1 s so a
+//! crowd refreshing the page costs Redis one read per shard per second. It
+//! carries the origin's load signal (`health`) for the edge's admission
+//! controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use crate::http::error::ApiError;
+use crate::ops::state::AppState;
+use crate::sales::sale::{Phase, Sale};
+
+/// How long the summary waits for Postgres' sold figure. The edge admits by
+/// the summary and reads a summary it cannot get within its own timeout as
+/// a silent origin (the frontier freezes); the origin sells from Redis
+/// while Postgres is down, so Postgres must not make the summary late.
+pub const SOLD_READ_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Units Postgres has sold, and whether the figure is the last one it gave
+/// (Postgres down or slow) rather than a fresh one.
+async fn sold_units(app: &AppState, sale: &str) -> (i64, bool) {
+    let read = sqlx::query_scalar::<_, i32>("SELECT sold FROM inventory WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_optional(&app.pool);
+    match tokio::time::timeout(SOLD_READ_TIMEOUT, read).await {
+        Ok(Ok(sold)) => {
+            let sold = sold.map(i64::from).unwrap_or(0);
+            app.last_sold.insert(sale.to_string(), sold).await;
+            (sold, false)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(sale, error = %e, "summary: Postgres did not give the sold figure; using the last one");
+            (app.last_sold.get(sale).await.unwrap_or(0), true)
+        }
+        Err(_) => {
+            tracing::warn!(
+                sale,
+                "summary: Postgres too slow for the sold figure; using the last one"
+            );
+            (app.last_sold.get(sale).await.unwrap_or(0), true)
+        }
+    }
+}
+
+/// The sale summary.
+#[utoipa::path(
+    get,
+    path = "/api/sales/{sale}",
+    tag = "sales",
+    params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
+    responses(
+        (status = 200, description = "The summary (at most 1 s old)", body = crate::http::api::SaleSummary),
+        (status = 404, description = "`sale_not_found`", body = crate::http::api::ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `database_unavailable`, `summary_unavailable`", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
+    )
+)]
+pub async fn summary(
+    State(app): State<AppState>,
+    Path(sale_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let sale = app
+        .sales
+        .get(&sale_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("sale_not_found", format!("no sale {sale_id:?}")))?;
+    let body = app
+        .summaries
+        .try_get_with(sale_id, compute(&app, &sale))
+        .await
+        // The first waiter gets its own error; others a plain 503.
+        .map_err(|e| {
+            Arc::try_unwrap(e).unwrap_or_else(|e| {
+                ApiError::unavailable(
+                    "summary_unavailable",
+                    format!("the summary could not be computed: {e}"),
+                )
+            })
+        })?;
+    Ok(Json(body))
+}
+
+async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
+    let cfg = &sale.config;
+    metrics::counter!("flashsale_summary_computations_total", "sale" => cfg.id.clone())
+        .increment(1);
+    let mut conn = app.engine.conn.clone();
+    let mut available: i64 = 0;
+    for k in &sale.shards {
+        let stock: Option<i64> = redis::cmd("GET")
+            .arg(&k.stock)
+            .query_async(&mut conn)
+            .await?;
+        available += stock.unwrap_or(0).max(0);
+    }
+    let (sold, sold_stale) = sold_units(app, &cfg.id).await;
+    let total = i64::from(cfg.units_total);
+    let available = available.min(total);
+    let sold = sold.min(total - available);
+    let held = total - available - sold;
+    let sold_out = available == 0 && app.engine.all_shards_empty(sale).await?;
+    let mut phase = cfg.phase_by_time(Utc::now());
+    if phase == Phase::Live && sold_out {
+        phase = Phase::SoldOut;
+    }
+    let lag = crate::settle::settler::lag(&app.engine, sale).await?;
+    let signal = app.load.signal();
+    // "Percent sold" as a shopper reads it: units no longer for sale.
+    let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;
+    Ok(json!({
+        "sale": cfg.id,
+        "name": cfg.name,
+        "price_cents": cfg.price_cents,
+        "starts_at": cfg.starts_at.to_rfc3339(),
+        "ends_at": cfg.ends_at.map(|e| e.to_rfc3339()),
+        "units_total": total,
+        "units_available": available,
+        "units_held": held,
+        "units_sold": sold,
+        // Postgres did not answer in time: `units_sold` (and so `units_held`)
+        // is the last figure it gave; `units_available` is Redis's, live.
+        "units_sold_stale": sold_stale,
+        "percent_sold": percent_sold,
+        "sold_out": sold_out,
+        "phase": phase,
+        "per_user_limit": cfg.per_user_limit,
+        "hold_seconds": cfg.hold_seconds,
+        "admission_rate": cfg.admission_rate,
+        "admission_factor": cfg.admission_factor,
+        "admission_p99_ms": cfg.admission_p99_ms,
+        // An operator paused admission (the edge's frontier holds).
+        "paused": cfg.paused,
+        // What the edge's admission controller follows (this replica, the
+        // last `window_s` seconds; see crate::http::load).
+        "health": {
+            "window_s": signal.window_s,
+            "requests_per_s": signal.requests_per_s,
+            "accepted_per_s": signal.accepted_per_s,
+            "shed_share": signal.shed_share,
+            "error_share": signal.error_share,
+            "p99_ms": signal.p99_ms,
+            "settlement_lag": lag,
+            "units_available": available,
+        },
+        "queue": {"shards": cfg.queue_shards},
+        "bot_check": cfg.bot_check,
+        "join_limit": cfg.join_limit,
+        "currency": cfg.currency,
+        // The beacon the edge's draw takes its round from (null: none).
+        "draw_beacon": cfg.draw_beacon,
+    }))
+}

@@ -1,0 +1,10 @@
+//! Sales: what is sold, how much, when and to whom — configured in Postgres
+//! (the one source), loaded and cached per process, created and changed by
+//! the operator.
+//!
+//! Imports flow one way: `spec` and `registry` → `sale` →
+//! `crate::reserve::store` (the keys of a sale's shards).
+
+pub mod registry;
+pub mod sale;
+pub mod spec;

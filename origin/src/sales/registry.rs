@@ -1,0 +1,201 @@
+//! The in-process registry of sales: configs loaded from Postgres on
+//! demand and cached, so a running `origin serve` picks up a new sale
+//! without a restart, and each sale's sold-out flag.
+//!
+//! Invariants kept here:
+//! - the config cache is bounded against junk: ids Postgres does not know
+//!   live in a capacity-bounded cache for 1 s (so random ids cannot grow
+//!   memory), and a first sight of an id is loaded once however many
+//!   requests ask at the same moment (single flight);
+//! - a known sale is answered from the cache while one background task
+//!   reloads it: the reservation path never waits on Postgres for a sale it
+//!   has seen.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::sync::RwLock;
+
+use crate::sales::sale::{COLUMNS, Sale, SaleConfig, SoldOutFlag, load_sale, valid_sale_id};
+
+struct Cached {
+    sale: Option<Arc<Sale>>,
+    fetched: Instant,
+    /// A background reload is under way (at most one per sale).
+    reloading: bool,
+}
+
+type Cache = Arc<RwLock<HashMap<String, Cached>>>;
+
+/// How long a loaded sale config is reused before Postgres is asked again.
+const CONFIG_TTL: Duration = Duration::from_secs(5);
+/// Unknown sale ids are remembered briefly so junk ids cannot hammer Postgres.
+const NEGATIVE_TTL: Duration = Duration::from_secs(1);
+/// At most this many first loads (mostly unknown ids) are remembered.
+pub const FIRST_LOAD_CAPACITY: u64 = 10_000;
+
+/// First loads of a sale id, single flight: `Some` moves into the config
+/// map at once; `None` (no such sale) stays here for [`NEGATIVE_TTL`].
+type FirstLoads = moka::future::Cache<String, Option<Arc<Sale>>>;
+
+/// Turns a shared error (a single-flight load's, handed to every waiter)
+/// back into an owned one of the same kind, so callers still tell an
+/// unreachable Postgres (503) from anything else.
+fn unshare(e: Arc<sqlx::Error>) -> sqlx::Error {
+    Arc::try_unwrap(e).unwrap_or_else(|e| match &*e {
+        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+        sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())),
+        other => sqlx::Error::Protocol(other.to_string()),
+    })
+}
+
+/// Sale configs by id, loaded from Postgres on demand.
+pub struct SaleRegistry {
+    pool: PgPool,
+    prefix: String,
+    cache: Cache,
+    first_loads: FirstLoads,
+    flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
+    pub epoch: Instant,
+}
+
+impl SaleRegistry {
+    pub fn new(pool: PgPool, prefix: String) -> Self {
+        Self::with_first_load_capacity(pool, prefix, FIRST_LOAD_CAPACITY)
+    }
+
+    /// As [`SaleRegistry::new`], remembering at most `capacity` first loads.
+    pub fn with_first_load_capacity(pool: PgPool, prefix: String, capacity: u64) -> Self {
+        SaleRegistry {
+            pool,
+            prefix,
+            cache: Arc::new(RwLock::new(HashMap::new())),
+            first_loads: moka::future::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(NEGATIVE_TTL)
+                .build(),
+            flags: Default::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The sale, or `None` if it does not exist.
+    ///
+    /// A known sale's config older than its TTL is still answered at once
+    /// while one background task reloads it: the reservation path never
+    /// waits on Postgres for a sale it has seen, and keeps selling from Redis
+    /// while Postgres is down (the config it sells by is at most as old as
+    /// the outage). Only the first sight of a sale id reads Postgres inline.
+    pub async fn get(&self, id: &str) -> Result<Option<Arc<Sale>>, sqlx::Error> {
+        if !valid_sale_id(id) {
+            return Ok(None);
+        }
+        if let Some(c) = self.cache.read().await.get(id)
+            && (c.reloading || c.fetched.elapsed() < CONFIG_TTL)
+        {
+            return Ok(c.sale.clone());
+        }
+        let stale = {
+            let mut cache = self.cache.write().await;
+            match cache.get_mut(id) {
+                Some(c) => {
+                    if !c.reloading && c.fetched.elapsed() >= CONFIG_TTL {
+                        c.reloading = true;
+                        tokio::spawn(reload(
+                            self.pool.clone(),
+                            self.prefix.clone(),
+                            self.cache.clone(),
+                            id.to_string(),
+                        ));
+                    }
+                    c.sale.clone()
+                }
+                None => None,
+            }
+        };
+        if stale.is_some() {
+            return Ok(stale);
+        }
+        let (pool, prefix) = (self.pool.clone(), self.prefix.clone());
+        let owned = id.to_string();
+        let sale = self
+            .first_loads
+            .try_get_with(id.to_string(), async move {
+                metrics::counter!("flashsale_sale_config_loads_total").increment(1);
+                load_sale(&pool, &owned)
+                    .await
+                    .map(|c| c.map(|cfg| Arc::new(Sale::new(cfg, &prefix))))
+            })
+            .await
+            .map_err(unshare)?;
+        if let Some(sale) = &sale {
+            self.cache
+                .write()
+                .await
+                .entry(id.to_string())
+                .or_insert_with(|| Cached {
+                    sale: Some(sale.clone()),
+                    fetched: Instant::now(),
+                    reloading: false,
+                });
+        }
+        Ok(sale)
+    }
+
+    /// First loads remembered now (mostly unknown ids); bounded by the
+    /// registry's capacity.
+    pub async fn first_loads_cached(&self) -> u64 {
+        self.first_loads.run_pending_tasks().await;
+        self.first_loads.entry_count()
+    }
+
+    /// The sold-out flag of a sale (created unset on first use).
+    pub fn flag(&self, id: &str) -> Arc<SoldOutFlag> {
+        self.flags
+            .lock()
+            .expect("flag map lock is never poisoned: no panics while held")
+            .entry(id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// The sales the background workers (settlement, sweep, reconciler)
+    /// look after: from a day before the start until a day after the last
+    /// hold could have expired, so a settlement backlog left by a long
+    /// Postgres outage still drains after the sale has ended.
+    pub async fn active(&self) -> Result<Vec<Arc<Sale>>, sqlx::Error> {
+        let rows: Vec<SaleConfig> = sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM sales
+             WHERE starts_at <= now() + interval '1 day'
+               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) + interval '1 day' > now())"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|c| Arc::new(Sale::new(c, &self.prefix)))
+            .collect())
+    }
+}
+
+/// Reloads one cached sale config; on failure keeps the old one and tries
+/// again after the TTL.
+async fn reload(pool: PgPool, prefix: String, cache: Cache, id: String) {
+    let loaded = load_sale(&pool, &id).await;
+    let mut cache = cache.write().await;
+    let Some(c) = cache.get_mut(&id) else { return };
+    c.reloading = false;
+    c.fetched = Instant::now();
+    match loaded {
+        Ok(Some(cfg)) => c.sale = Some(Arc::new(Sale::new(cfg, &prefix))),
+        // A sale is never deleted while it sells; keep what we had.
+        Ok(None) => {}
+        Err(e) => {
+            metrics::counter!("flashsale_sale_config_reload_failures_total").increment(1);
+            tracing::warn!(sale = %id, error = %e, "cannot reload sale config; selling by the cached one");
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! A sale as Postgres (the one source) configures it, as a process loads
+//! it (its config plus each shard's keys), and its in-process sold-out flag.
+//!
+//! Invariants kept here:
+//! - a sale's units are split over its shards ([`shard_units`]) so that the
+//!   shards' stock adds up to exactly `units_total` at creation;
+//! - the sold-out flag is only ever a cache: it is set after every shard
+//!   said empty and is rechecked against Redis at most 1 s later.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::reserve::store::ShardKeys;
+
+/// A sale as configured.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct SaleConfig {
+    #[serde(rename = "sale")]
+    pub id: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub units_total: i32,
+    pub per_user_limit: i32,
+    pub shards: i32,
+    pub shard_tags: Vec<String>,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub hold_seconds: i32,
+    pub admission_rate: f64,
+    pub admission_factor: f64,
+    /// Edge queue shards (Durable Objects) of the sale's waiting room.
+    pub queue_shards: i32,
+    /// An operator paused admission: the edge's frontier holds (issue 13).
+    pub paused: bool,
+    /// The reservation path's p99 (ms) above which the edge's admission
+    /// controller slows down.
+    pub admission_p99_ms: f64,
+    /// What a join must bring at the edge: `none`, `pow:<bits>` or
+    /// `turnstile` (DESIGN.md "Bot check at join").
+    pub bot_check: String,
+    /// Joins the edge accepts per address per minute in this sale.
+    pub join_limit: i32,
+    /// ISO 4217 code of `price_cents`' currency (the page formats prices in it).
+    pub currency: String,
+    /// The drand-style beacon the draw's key takes a round of (DESIGN.md
+    /// "The draw, v2"); `None`: no beacon.
+    pub draw_beacon: Option<String>,
+}
+
+/// Whether a sale accepts reservations at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Upcoming,
+    Live,
+    SoldOut,
+    Ended,
+}
+
+impl SaleConfig {
+    pub fn phase_by_time(&self, now: DateTime<Utc>) -> Phase {
+        if now < self.starts_at {
+            Phase::Upcoming
+        } else if self.ends_at.is_some_and(|e| now >= e) {
+            Phase::Ended
+        } else {
+            Phase::Live
+        }
+    }
+}
+
+/// Sale ids travel in URLs, keys and reservation ids: keep them plain.
+pub fn valid_sale_id(id: &str) -> bool {
+    let b = id.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+/// A loaded sale: config plus the keys of each shard.
+#[derive(Debug)]
+pub struct Sale {
+    pub config: SaleConfig,
+    pub shards: Vec<ShardKeys>,
+}
+
+impl Sale {
+    pub(crate) fn new(config: SaleConfig, prefix: &str) -> Self {
+        let shards = config
+            .shard_tags
+            .iter()
+            .map(|t| ShardKeys::new(prefix, t))
+            .collect();
+        Sale { config, shards }
+    }
+}
+
+/// The in-process sold-out flag of one sale.
+#[derive(Debug, Default)]
+pub struct SoldOutFlag {
+    set: AtomicBool,
+    /// When the flag was last confirmed against Redis (ms since `epoch`).
+    checked_ms: AtomicU64,
+}
+
+/// How long a set sold-out flag is trusted before Redis is asked again.
+pub const SOLD_OUT_RECHECK: Duration = Duration::from_secs(1);
+
+impl SoldOutFlag {
+    /// `true` when the flag is set and was confirmed less than 1 s ago.
+    pub fn is_fresh(&self, now: Instant, epoch: Instant) -> bool {
+        // saturating: another thread may have stamped a later instant.
+        self.set.load(Ordering::Acquire)
+            && (now.duration_since(epoch).as_millis() as u64)
+                .saturating_sub(self.checked_ms.load(Ordering::Acquire))
+                < SOLD_OUT_RECHECK.as_millis() as u64
+    }
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+    /// Returns true when this call flipped the flag.
+    pub fn set(&self, value: bool, now: Instant, epoch: Instant) -> bool {
+        self.checked_ms.store(
+            now.duration_since(epoch).as_millis() as u64,
+            Ordering::Release,
+        );
+        self.set.swap(value, Ordering::AcqRel) != value
+    }
+}
+
+/// Units of shard `i` when `units` are split over `shards` (the first
+/// `units % shards` shards get one more).
+pub fn shard_units(units: i32, shards: i32, i: i32) -> i32 {
+    units / shards + i32::from(i < units % shards)
+}
+
+/// The columns of a [`SaleConfig`], in every query that reads one.
+pub(crate) const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
+     starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
+     admission_p99_ms, bot_check, join_limit, currency, draw_beacon";
+
+/// A sale's config from Postgres, or `None` when there is no such sale.
+pub(crate) async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_units_add_up() {
+        for units in 1..200 {
+            for shards in 1..=units.min(17) {
+                let sum: i32 = (0..shards).map(|i| shard_units(units, shards, i)).sum();
+                assert_eq!(sum, units);
+            }
+        }
+    }
+
+    #[test]
+    fn sale_ids() {
+        assert!(valid_sale_id("drop-1"));
+        assert!(!valid_sale_id("Drop"));
+        assert!(!valid_sale_id("-x"));
+        assert!(!valid_sale_id("a.b"));
+        assert!(!valid_sale_id(""));
+        assert!(!valid_sale_id(&"a".repeat(65)));
+    }
+}

@@ -1,0 +1,576 @@
+//! What an operator asks of a sale (`origin sale create`, `sale update`,
+//! `sale end`), checked, and applied: creation writes the Postgres row and
+//! the Redis stock split over the shards; a change touches only what may
+//! change on a sale that exists.
+//!
+//! Invariants kept here:
+//! - `sale create` never overwrites live Redis stock: it refuses when any of
+//!   the sale's keys already exist;
+//! - units, shards, the per-user limit and the hold time never change after
+//!   creation: Redis stock, holds and per-user counts were laid out by them.
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use sqlx::PgPool;
+
+use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, ensure_group, master_slot_ranges};
+use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, shard_units, valid_sale_id};
+
+/// What `origin sale create` asks for.
+#[derive(Debug, Clone)]
+pub struct SaleSpec {
+    pub id: String,
+    pub name: String,
+    pub units: i32,
+    pub per_user_limit: i32,
+    pub shards: i32,
+    pub starts_at: DateTime<Utc>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub hold_seconds: i32,
+    pub admission_rate: f64,
+    pub admission_factor: f64,
+    pub price_cents: i64,
+    /// Edge queue shards, `1..=MAX_QUEUE_SHARDS`.
+    pub queue_shards: i32,
+    /// p99 target of the reservation path (ms) for the edge's controller.
+    pub admission_p99_ms: f64,
+    /// `none`, `pow:<1-32>` or `turnstile` (see [`valid_bot_check`]).
+    pub bot_check: String,
+    /// Joins per address per minute, one of [`JOIN_LIMITS`] (0: no limit).
+    pub join_limit: i32,
+    /// ISO 4217 currency code of the price (see [`valid_currency`]).
+    pub currency: String,
+    /// Base URL of a drand-style beacon (see [`valid_beacon_url`]), or none.
+    pub draw_beacon: Option<String>,
+}
+
+/// Highest proof-of-work difficulty a sale may ask for (the edge's
+/// `botcheck::MAX_POW_BITS`).
+pub const MAX_POW_BITS: u32 = 32;
+
+/// The per-address join limits a sale may choose (joins per minute; 0 =
+/// none): each is a rate-limiting binding of the edge (`JOIN_LIMIT_<n>` in
+/// wrangler.toml), which counts across isolates with a limit fixed in
+/// configuration, so a sale picks one of them.
+pub const JOIN_LIMITS: [i32; 6] = [0, 10, 30, 100, 300, 1000];
+/// The default: generous enough for the many people behind one shared
+/// address at a drop (a carrier's NAT), while one machine cannot join more
+/// than 1,000 accounts a minute.
+pub const DEFAULT_JOIN_LIMIT: i32 = 1000;
+
+/// Whether `text` is a bot check the edge knows: `none`, `turnstile` or
+/// `pow:<1-32>` (plain decimal, no sign or leading zero).
+pub fn valid_bot_check(text: &str) -> bool {
+    match text {
+        "none" | "turnstile" => true,
+        _ => text.strip_prefix("pow:").is_some_and(|b| {
+            !b.is_empty()
+                && b.len() <= 2
+                && !b.starts_with('0')
+                && b.bytes().all(|c| c.is_ascii_digit())
+                && b.parse::<u32>()
+                    .is_ok_and(|n| (1..=MAX_POW_BITS).contains(&n))
+        }),
+    }
+}
+
+/// Whether `code` looks like an ISO 4217 currency code: three ASCII
+/// capitals (the page hands it to `Intl.NumberFormat`, which refuses
+/// anything else; which codes exist is the shop's business).
+pub fn valid_currency(code: &str) -> bool {
+    code.len() == 3 && code.bytes().all(|c| c.is_ascii_uppercase())
+}
+
+/// Whether `url` can name a draw beacon: an absolute `http` or `https` URL
+/// with a host and no query or fragment (the edge appends `/info` and
+/// `/public/<round>`), at most 512 bytes.
+pub fn valid_beacon_url(url: &str) -> bool {
+    url.len() <= 512
+        && url::Url::parse(url).is_ok_and(|u| {
+            matches!(u.scheme(), "http" | "https")
+                && u.host().is_some()
+                && u.query().is_none()
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.password().is_none()
+        })
+}
+
+/// The currency of a sale created without `--currency`.
+pub const DEFAULT_CURRENCY: &str = "EUR";
+
+/// Most queue shards a sale may have (the edge's `shards::MAX_SHARDS`).
+pub const MAX_QUEUE_SHARDS: i32 = 256;
+
+/// Why a sale could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("invalid sale: {0}")]
+    Invalid(String),
+    #[error("sale {0:?} already exists")]
+    Exists(String),
+    #[error("Redis already holds keys for sale {0:?}; refusing to overwrite live stock")]
+    RedisKeysExist(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+impl SaleSpec {
+    fn validate(&self) -> Result<(), CreateError> {
+        let bad = |m: &str| Err(CreateError::Invalid(m.to_string()));
+        if !valid_sale_id(&self.id) {
+            return bad(
+                "--sale must be 1-64 of a-z, 0-9, '-', '_' and start with a letter or digit",
+            );
+        }
+        if self.name.trim().is_empty() || self.name.len() > 200 {
+            return bad("--name must be 1-200 characters");
+        }
+        if self.units < 1 {
+            return bad("--units must be at least 1");
+        }
+        if self.per_user_limit < 1 {
+            return bad("--per-user-limit must be at least 1");
+        }
+        if !(1..=256).contains(&self.shards) || self.shards > self.units {
+            return bad("--shards must be 1-256 and not more than --units");
+        }
+        if !(1..=MAX_QUEUE_SHARDS).contains(&self.queue_shards) {
+            return bad(&format!(
+                "--queue-shards must be 1-{MAX_QUEUE_SHARDS} (edge queue objects)"
+            ));
+        }
+        if !valid_bot_check(&self.bot_check) {
+            return bad(&format!(
+                "--bot-check must be none, turnstile or pow:<1-{MAX_POW_BITS}> (difficulty bits)"
+            ));
+        }
+        if !JOIN_LIMITS.contains(&self.join_limit) {
+            return bad(&format!(
+                "--join-limit must be one of {JOIN_LIMITS:?} (joins per address per minute)"
+            ));
+        }
+        if self.hold_seconds < 1 {
+            return bad("--hold-seconds must be at least 1");
+        }
+        if !(self.admission_rate > 0.0 && self.admission_rate.is_finite()) {
+            return bad("--admission-rate must be a positive number of people per second");
+        }
+        if !(self.admission_factor > 0.0 && self.admission_factor.is_finite()) {
+            return bad("--admission-factor must be positive");
+        }
+        if !valid_p99(self.admission_p99_ms) {
+            return bad(P99_MESSAGE);
+        }
+        if self.price_cents < 0 {
+            return bad("--price-cents must not be negative");
+        }
+        if !valid_currency(&self.currency) {
+            return bad("--currency must be an ISO 4217 code such as EUR, USD or VND");
+        }
+        if self
+            .draw_beacon
+            .as_deref()
+            .is_some_and(|u| !valid_beacon_url(u))
+        {
+            return bad(
+                "--draw-beacon must be an http(s) URL of a drand-style beacon (no query, no credentials)",
+            );
+        }
+        if self.ends_at.is_some_and(|e| e <= self.starts_at) {
+            return bad("--ends-at must be after --starts-at");
+        }
+        Ok(())
+    }
+}
+
+/// A p99 target is a positive number of milliseconds (at most a minute).
+fn valid_p99(ms: f64) -> bool {
+    ms > 0.0 && ms <= 60_000.0
+}
+
+const P99_MESSAGE: &str = "--admission-p99-ms must be a number of milliseconds in (0, 60000]";
+
+/// What may change on a sale that exists (`origin sale update` / `end`).
+/// Units, shards, the per-user limit and the hold time are fixed at
+/// creation: Redis stock, holds and per-user counts were laid out by them.
+#[derive(Debug, Clone, Default)]
+pub struct SaleChange {
+    pub admission_rate: Option<f64>,
+    pub admission_factor: Option<f64>,
+    pub ends_at: Option<DateTime<Utc>>,
+    /// Always refused: see [`change_sale`].
+    pub queue_shards: Option<i32>,
+    /// Pause (`true`) or resume (`false`) admission at the edge.
+    pub paused: Option<bool>,
+    pub admission_p99_ms: Option<f64>,
+}
+
+/// Why a sale could not be changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("no sale {0:?}")]
+    NotFound(String),
+    #[error("invalid change: {0}")]
+    Invalid(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// Applies `change` to sale `id` in one transaction and returns the sale as
+/// it now is. Running origins pick it up within their config TTL (5 s) and
+/// the edge from them; ending a sale answers `410 sale_ended` from then on
+/// while holds already granted stay payable until they expire.
+pub async fn change_sale(
+    pool: &PgPool,
+    id: &str,
+    change: &SaleChange,
+) -> Result<SaleConfig, ChangeError> {
+    let bad = |m: &str| Err(ChangeError::Invalid(m.to_string()));
+    // People may join a sale's queue as soon as it exists, and an account's
+    // queue shard depends on the count: changing it would move accounts to
+    // shards that never saw them (two places, or none).
+    if change.queue_shards.is_some() {
+        return bad(
+            "--queue-shards is fixed when the sale is created: people may already be in its queue",
+        );
+    }
+    if change.admission_rate.is_none()
+        && change.admission_factor.is_none()
+        && change.ends_at.is_none()
+        && change.paused.is_none()
+        && change.admission_p99_ms.is_none()
+    {
+        return bad(
+            "nothing to change: give --admission-rate, --admission-factor, --admission-p99-ms, --paused or --ends-at",
+        );
+    }
+    if change.admission_p99_ms.is_some_and(|p| !valid_p99(p)) {
+        return bad(P99_MESSAGE);
+    }
+    if change
+        .admission_rate
+        .is_some_and(|r| !(r > 0.0 && r.is_finite()))
+    {
+        return bad("--admission-rate must be a positive number of people per second");
+    }
+    if change
+        .admission_factor
+        .is_some_and(|f| !(f > 0.0 && f.is_finite()))
+    {
+        return bad("--admission-factor must be positive");
+    }
+    let mut tx = pool.begin().await?;
+    let current: Option<SaleConfig> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM sales WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let current = current.ok_or_else(|| ChangeError::NotFound(id.to_string()))?;
+    if let Some(end) = change.ends_at
+        && end <= current.starts_at
+    {
+        return bad(&format!(
+            "--ends-at must be after the sale's start ({})",
+            current.starts_at.to_rfc3339()
+        ));
+    }
+    let changed: SaleConfig = sqlx::query_as(&format!(
+        "UPDATE sales SET admission_rate = COALESCE($2, admission_rate),
+                          admission_factor = COALESCE($3, admission_factor),
+                          ends_at = COALESCE($4, ends_at),
+                          paused = COALESCE($5, paused),
+                          admission_p99_ms = COALESCE($6, admission_p99_ms)
+         WHERE id = $1 RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(change.admission_rate)
+    .bind(change.admission_factor)
+    .bind(change.ends_at)
+    .bind(change.paused)
+    .bind(change.admission_p99_ms)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    tracing::info!(sale = %id, ?change, "sale changed");
+    Ok(changed)
+}
+
+/// Writes the sale to Postgres and initializes its stock in Redis.
+pub async fn create_sale(
+    pool: &PgPool,
+    conn: &mut RedisConn,
+    prefix: &str,
+    spec: &SaleSpec,
+) -> Result<SaleConfig, CreateError> {
+    spec.validate()?;
+    let masters = master_slot_ranges(conn).await?;
+    let tags = choose_tags(prefix, &spec.id, spec.shards as u32, &masters);
+    let keys: Vec<ShardKeys> = tags.iter().map(|t| ShardKeys::new(prefix, t)).collect();
+    for k in &keys {
+        let exists: bool = conn.exists(&k.stock).await?;
+        if exists {
+            return Err(CreateError::RedisKeysExist(spec.id.clone()));
+        }
+    }
+    let mut tx = pool.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
+                            starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
+                            queue_shards, admission_p99_ms, bot_check, join_limit, currency,
+                            draw_beacon)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&spec.id)
+    .bind(&spec.name)
+    .bind(spec.price_cents)
+    .bind(spec.units)
+    .bind(spec.per_user_limit)
+    .bind(spec.shards)
+    .bind(&tags)
+    .bind(spec.starts_at)
+    .bind(spec.ends_at)
+    .bind(spec.hold_seconds)
+    .bind(spec.admission_rate)
+    .bind(spec.admission_factor)
+    .bind(spec.queue_shards)
+    .bind(spec.admission_p99_ms)
+    .bind(&spec.bot_check)
+    .bind(spec.join_limit)
+    .bind(&spec.currency)
+    .bind(&spec.draw_beacon)
+    .execute(&mut *tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(CreateError::Exists(spec.id.clone()));
+    }
+    sqlx::query("INSERT INTO inventory (sale_id, total) VALUES ($1, $2)")
+        .bind(&spec.id)
+        .bind(spec.units)
+        .execute(&mut *tx)
+        .await?;
+    // Redis first, then commit: if Redis fails the sale does not exist at
+    // all; if the commit fails the orphan keys are refused by a re-run
+    // (RedisKeysExist) and visible to the operator.
+    for (i, k) in keys.iter().enumerate() {
+        let units = shard_units(spec.units, spec.shards, i as i32);
+        let ok: bool = redis::cmd("SET")
+            .arg(&k.stock)
+            .arg(units)
+            .arg("NX")
+            .query_async(conn)
+            .await?;
+        if !ok {
+            return Err(CreateError::RedisKeysExist(spec.id.clone()));
+        }
+        ensure_group(conn, k).await?;
+    }
+    tx.commit().await?;
+    load_sale(pool, &spec.id)
+        .await?
+        .ok_or_else(|| CreateError::Invalid("sale vanished after insert".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SaleSpec {
+        SaleSpec {
+            id: "drop-1".into(),
+            name: "Drop".into(),
+            units: 10,
+            per_user_limit: 2,
+            shards: 2,
+            starts_at: Utc::now(),
+            ends_at: None,
+            hold_seconds: 600,
+            admission_rate: 50.0,
+            admission_factor: 2.0,
+            price_cents: 100,
+            queue_shards: 1,
+            admission_p99_ms: 50.0,
+            bot_check: "none".into(),
+            join_limit: DEFAULT_JOIN_LIMIT,
+            currency: DEFAULT_CURRENCY.into(),
+            draw_beacon: None,
+        }
+    }
+
+    #[test]
+    fn beacon_urls() {
+        for ok in [
+            "https://api.drand.sh/52db9ba70e0cc0f6eaf7803dd07447a1f5477735fd3f661792ba94600c84e971",
+            "http://127.0.0.1:4000",
+            "http://[::1]:4000/beacon/",
+        ] {
+            assert!(valid_beacon_url(ok), "{ok}");
+        }
+        let long = format!("https://b.example/{}", "a".repeat(600));
+        for bad in [
+            "",
+            "beacon.example",
+            "ftp://beacon.example",
+            "https://beacon.example/?round=1",
+            "https://beacon.example/#x",
+            "https://user:pw@beacon.example",
+            long.as_str(),
+        ] {
+            assert!(!valid_beacon_url(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bot_checks_parse_like_the_edge() {
+        for ok in ["none", "turnstile", "pow:1", "pow:16", "pow:32"] {
+            assert!(valid_bot_check(ok), "{ok}");
+        }
+        for bad in [
+            "", "pow", "pow:", "pow:0", "pow:33", "pow:016", "pow:+1", "Pow:5", "captcha",
+        ] {
+            assert!(!valid_bot_check(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bad_sale_specs_are_refused_with_the_flag_named() {
+        assert!(spec().validate().is_ok());
+        let cases: Vec<(SaleSpec, &str)> = vec![
+            (
+                SaleSpec {
+                    id: "Bad Id".into(),
+                    ..spec()
+                },
+                "--sale",
+            ),
+            (SaleSpec { units: 0, ..spec() }, "--units"),
+            (
+                SaleSpec {
+                    per_user_limit: 0,
+                    ..spec()
+                },
+                "--per-user-limit",
+            ),
+            (
+                SaleSpec {
+                    shards: 11,
+                    ..spec()
+                },
+                "--shards",
+            ),
+            (
+                SaleSpec {
+                    shards: 0,
+                    ..spec()
+                },
+                "--shards",
+            ),
+            (
+                SaleSpec {
+                    queue_shards: 0,
+                    ..spec()
+                },
+                "--queue-shards",
+            ),
+            (
+                SaleSpec {
+                    queue_shards: 257,
+                    ..spec()
+                },
+                "--queue-shards",
+            ),
+            (
+                SaleSpec {
+                    hold_seconds: 0,
+                    ..spec()
+                },
+                "--hold-seconds",
+            ),
+            (
+                SaleSpec {
+                    bot_check: "pow:40".into(),
+                    ..spec()
+                },
+                "--bot-check",
+            ),
+            (
+                SaleSpec {
+                    join_limit: 50,
+                    ..spec()
+                },
+                "--join-limit",
+            ),
+            (
+                SaleSpec {
+                    admission_rate: f64::NAN,
+                    ..spec()
+                },
+                "--admission-rate",
+            ),
+            (
+                SaleSpec {
+                    admission_factor: -1.0,
+                    ..spec()
+                },
+                "--admission-factor",
+            ),
+            (
+                SaleSpec {
+                    admission_p99_ms: 0.0,
+                    ..spec()
+                },
+                "--admission-p99-ms",
+            ),
+            (
+                SaleSpec {
+                    price_cents: -1,
+                    ..spec()
+                },
+                "--price-cents",
+            ),
+            (
+                SaleSpec {
+                    currency: "eur".into(),
+                    ..spec()
+                },
+                "--currency",
+            ),
+            (
+                SaleSpec {
+                    currency: "EURO".into(),
+                    ..spec()
+                },
+                "--currency",
+            ),
+            (
+                SaleSpec {
+                    draw_beacon: Some("ftp://beacon.example".into()),
+                    ..spec()
+                },
+                "--draw-beacon",
+            ),
+            (
+                SaleSpec {
+                    draw_beacon: Some("https://beacon.example/x?round=1".into()),
+                    ..spec()
+                },
+                "--draw-beacon",
+            ),
+            (
+                SaleSpec {
+                    ends_at: Some(Utc::now() - chrono::Duration::hours(1)),
+                    ..spec()
+                },
+                "--ends-at",
+            ),
+        ];
+        for (s, flag) in cases {
+            let err = s.validate().unwrap_err().to_string();
+            assert!(err.contains(flag), "{err} should name {flag}");
+        }
+    }
+}
