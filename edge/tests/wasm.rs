@@ -4,7 +4,7 @@
 //! benchmark is not a test).
 #![cfg(target_arch = "wasm32")]
 
-use edge::draw;
+use edge::draw::hash as draw;
 use token::{Claims, Expect, KeyRing, TokenType};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
@@ -62,7 +62,8 @@ fn bench_token_verify_in_wasm() {
 
 #[wasm_bindgen_test]
 fn bench_pow_verify_in_wasm() {
-    use edge::botcheck::{self, CHALLENGE_TTL_MS, Proof};
+    use edge::botcheck::join::Proof;
+    use edge::botcheck::pow::{self as botcheck, CHALLENGE_TTL_MS};
     let ring = KeyRing::from_keys(&[("k1", &[7u8; 32]), ("k0", &[9u8; 32])]).unwrap();
     let now = 1_767_000_000_000u64;
     // The difficulty does not change the verify cost (one hash either way).

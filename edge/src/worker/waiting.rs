@@ -30,28 +30,35 @@ use serde_json::{Value, json};
 use token::{Claims, Expect, KeyRing, TicketData, TokenType};
 use worker::{Cache, Env, Method, Request, Response, js_sys};
 
-use crate::api::ApiError;
-use crate::botcheck::{self, BotCheck, CHALLENGE_TTL_MS};
-use crate::draw;
-use crate::glue::{
-    bearer_of, cache_key, cache_put_json, json_response, now_ms, origin_summary, recent_summary,
-    ring, send_with_timeout, set_sold_out_local, sold_out_local,
-};
-use crate::limit::{self, DEFAULT_JOIN_LIMIT, JOIN_LIMIT_PERIOD_S};
-use crate::objects::{ApiResult, call_object, internal, query};
-use crate::places::{Arrival, SecondArrivals, ShardIndex, is_member, place_of};
-use crate::queue::{self, Snapshot, Status, TICKET_TTL_SECS};
-use crate::shards;
+use crate::api::error::ApiError;
+use crate::api::error::ApiResult;
+use crate::botcheck::join::{BotCheck, Proof, Refusal};
+use crate::botcheck::pow::{self, CHALLENGE_TTL_MS};
+use crate::botcheck::turnstile::{TURNSTILE_SITEVERIFY, read_siteverify, siteverify_form};
+use crate::draw::hash;
+use crate::draw::index::ShardIndex;
+use crate::guard::limit::{self, DEFAULT_JOIN_LIMIT, JOIN_LIMIT_PERIOD_S};
+use crate::http::cache::{cache_key, cache_put_json};
+use crate::http::keys::{bearer_of, ring};
+use crate::http::origin::{origin_summary, recent_summary, send_with_timeout};
+use crate::http::respond::json_response;
+use crate::http::respond::now_ms;
+use crate::http::respond::{internal, query};
+use crate::http::sold_out::{set_sold_out_local, sold_out_local};
+use crate::objects::call::call_object;
+use crate::queue::places::{Arrival, SecondArrivals, is_member, place_of};
+use crate::queue::shards;
+use crate::queue::status::{self, Snapshot, Status, TICKET_TTL_SECS};
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
 
 /// How long a queue snapshot is reused from isolate memory. Between
 /// refreshes the frontier is extrapolated from its checkpoint and rate
-/// (`queue::frontier_at`), so a longer life costs no admission speed.
+/// (`status::frontier_at`), so a longer life costs no admission speed.
 const SNAPSHOT_TTL_MS: u64 = 3_000;
 /// From this age on, one request refreshes the snapshot while the others
 /// keep using the cached one (single flight: no herd on the object).
-const SNAPSHOT_REFRESH_MS: u64 = queue::FRONTIER_HORIZON_MS;
+const SNAPSHOT_REFRESH_MS: u64 = status::FRONTIER_HORIZON_MS;
 /// How long a stale snapshot may stand in when the object cannot answer.
 const SNAPSHOT_STALE_MS: u64 = 60_000;
 /// How long a request with a cached snapshot waits for a fresh one.
@@ -323,7 +330,7 @@ fn status_body(
     let now = now_ms();
     let mut s = snap.clone();
     s.sold_out = s.sold_out || sold_out_local(sale);
-    let v = queue::view(place, after_start, &s, now, js_sys::Math::random());
+    let v = status::view(place, after_start, &s, now, js_sys::Math::random());
     let mut body = json!({
         "ticket": ticket,
         "status": v.status,
@@ -348,12 +355,12 @@ fn status_body(
             sub,
             Some(sale.to_string()),
             now / 1000,
-            queue::admit_ttl_secs(p, &s, now),
+            status::admit_ttl_secs(p, &s, now),
         );
         body["admission_token"] = json!(ring.sign(&claims));
         body["admission_expires_at"] = json!(claims.exp);
         // The page counts down to the window's end, not the token's.
-        body["window_ends_at_ms"] = json!(queue::window_ends_at_ms(p, &s, now));
+        body["window_ends_at_ms"] = json!(status::window_ends_at_ms(p, &s, now));
     }
     Ok(body)
 }
@@ -369,7 +376,7 @@ struct Joined {
 
 /// `GET /api/sales/{sale}/challenge` (user token): what the sale's bot
 /// check asks of this account's join — a signed proof-of-work challenge
-/// (`botcheck::issue`), the Turnstile site key, or nothing. No object is
+/// (`botcheck::pow::issue`), the Turnstile site key, or nothing. No object is
 /// called. In dev mode `?ttl_ms=` shortens the challenge's life (the e2e
 /// test of an expired challenge).
 pub(crate) async fn challenge(
@@ -397,7 +404,7 @@ pub(crate) async fn challenge(
                 .and_then(|t| t.parse::<u64>().ok())
                 .map_or(CHALLENGE_TTL_MS, |t| t.clamp(1, CHALLENGE_TTL_MS));
             let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
-            let (c, content) = botcheck::issue(
+            let (c, content) = pow::issue(
                 &keys,
                 &claims.sub,
                 sale,
@@ -434,14 +441,13 @@ async fn check_bot(
         return Ok(None);
     }
     let body = req.bytes().await.unwrap_or_default();
-    let proof = crate::bodies::join(&body)?;
+    let proof = crate::api::bodies::join(&body)?;
     let BotCheck::Pow(bits) = check else {
         turnstile(env, req, &proof).await?;
         return Ok(None);
     };
     let keys = ring(env, "ADMISSION_TOKEN_KEYS")?;
-    let c =
-        botcheck::verify(&keys, &proof, sub, sale, bits, now).map_err(botcheck::Refusal::error)?;
+    let c = pow::verify(&keys, &proof, sub, sale, bits, now).map_err(Refusal::error)?;
     Ok(Some(c.iat_ms))
 }
 
@@ -511,7 +517,7 @@ async fn limit_joins(env: &Env, req: &Request, sale: &str, per_min: u64) -> ApiR
 /// (Cloudflare's in production) with the secret `TURNSTILE_SECRET_KEY`.
 /// Turnstile tokens are single-use at Cloudflare: a replay comes back as
 /// `timeout-or-duplicate` (`challenge_reused`).
-async fn turnstile(env: &Env, req: &Request, proof: &botcheck::Proof) -> ApiResult<()> {
+async fn turnstile(env: &Env, req: &Request, proof: &Proof) -> ApiResult<()> {
     let secret = env
         .secret("TURNSTILE_SECRET_KEY")
         .map(|s| s.to_string())
@@ -520,10 +526,9 @@ async fn turnstile(env: &Env, req: &Request, proof: &botcheck::Proof) -> ApiResu
     let url = env
         .var("TURNSTILE_SITEVERIFY_URL")
         .map(|v| v.to_string())
-        .unwrap_or_else(|_| botcheck::TURNSTILE_SITEVERIFY.to_string());
+        .unwrap_or_else(|_| TURNSTILE_SITEVERIFY.to_string());
     let addr = req.headers().get("cf-connecting-ip").ok().flatten();
-    let form = botcheck::siteverify_form(&secret, proof, addr.as_deref())
-        .map_err(botcheck::Refusal::error)?;
+    let form = siteverify_form(&secret, proof, addr.as_deref()).map_err(Refusal::error)?;
     let unavailable = || {
         ApiError::new(
             503,
@@ -546,13 +551,12 @@ async fn turnstile(env: &Env, req: &Request, proof: &botcheck::Proof) -> ApiResu
         .await
         .map_err(|_| unavailable())?;
     let body = resp.bytes().await.map_err(|_| unavailable())?;
-    botcheck::read_siteverify(&body)
-        .map_err(|r| r.map_or_else(unavailable, botcheck::Refusal::error))
+    read_siteverify(&body).map_err(|r| r.map_or_else(unavailable, Refusal::error))
 }
 
 pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     // The press is judged by when it reached the edge (the shard stamps it
-    // with this, see `queue::arrival_ms`), not after the waits below.
+    // with this, see `status::arrival_ms`), not after the waits below.
     let now = now_ms();
     let token = bearer_of(&req)?;
     let users = ring(env, "USER_TOKEN_KEYS")?;
@@ -567,12 +571,12 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
     // it: no object call, and no new bot check (the ticket shows one passed).
     let held = req
         .headers()
-        .get(queue::HELD_TICKET_HEADER)
+        .get(status::HELD_TICKET_HEADER)
         .ok()
         .flatten()
         .filter(|t| {
             ring(env, "ADMISSION_TOKEN_KEYS")
-                .is_ok_and(|r| queue::is_held_ticket(&r, t, sale, &claims.sub, now / 1000))
+                .is_ok_and(|r| status::is_held_ticket(&r, t, sale, &claims.sub, now / 1000))
         });
     if let Some(ticket) = held {
         let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
@@ -617,7 +621,7 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
     status_for(env, sale, &ticket).await
 }
 
-/// A join by someone whose turn was abandoned (`queue::CloseReason::
+/// A join by someone whose turn was abandoned (`status::CloseReason::
 /// Abandoned`) puts them in line again, at the back: the shard gives the
 /// entry a new arrival (only for the turn named, so twice is once).
 async fn again_if_abandoned(
@@ -1038,7 +1042,7 @@ async fn prequeue_place(
     let key = snap.key.as_deref().and_then(::draw::from_hex)?;
     let index = draw_index(env, sale, &snap.commitment).await?;
     let own = index.get(shard as usize)?;
-    let v = draw::value_hex(&key, &draw::leaf_of_ticket(sub, salt)?);
+    let v = hash::value_hex(&key, &hash::leaf_of_ticket(sub, salt)?);
     own.straddling(&v)?;
     // The own shard's bucket is one of the buckets the place needs: they
     // are fetched in one concurrent round (right after the draw every first
@@ -1127,7 +1131,7 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
         cache_put_json(&ck, 200, &v.to_string(), 1).await;
         return json_response(200, &v, "public, max-age=1").map_err(internal);
     }
-    let max = crate::sale_queue::LISTING_MAX;
+    let max = crate::draw::freeze::LISTING_MAX;
     let bad = || {
         ApiError::new(
             400,
@@ -1186,7 +1190,7 @@ pub(crate) async fn receipt(env: &Env, req: &Request, sale: &str) -> ApiResult<R
         .retry_after(1));
     }
     let salt = tkt.salt.as_deref().ok_or_else(not_in_draw)?;
-    let leaf = draw::leaf_of_ticket(&claims.sub, salt).ok_or_else(not_in_draw)?;
+    let leaf = hash::leaf_of_ticket(&claims.sub, salt).ok_or_else(not_in_draw)?;
     let shard = tkt
         .shard
         .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
@@ -1228,14 +1232,14 @@ pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
     // Unknown sales are refused before an object is created for them.
     origin_summary(env, sale).await?;
     let v = call_coordinator(env, sale, Method::Get, "/metrics", None).await?;
-    let f: crate::metrics::AdmissionFigures = serde_json::from_value(v)
+    let f: crate::api::metrics::AdmissionFigures = serde_json::from_value(v)
         .map_err(|_| ApiError::new(502, "queue_error", "bad admission figures"))?;
     let headers = worker::Headers::new();
     headers
         .set("content-type", "text/plain; version=0.0.4; charset=utf-8")
         .map_err(internal)?;
     headers.set("cache-control", "no-store").map_err(internal)?;
-    Ok(Response::ok(crate::metrics::render(sale, &f))
+    Ok(Response::ok(crate::api::metrics::render(sale, &f))
         .map_err(internal)?
         .with_headers(headers))
 }
@@ -1246,7 +1250,7 @@ pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
 /// `prefix-i`, `i` in `from..to`, into the sale's shards.
 pub(crate) async fn bulk(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     let body = req.bytes().await.map_err(internal)?;
-    let b = crate::bodies::dev_bulk(&body)?;
+    let b = crate::api::bodies::dev_bulk(&body)?;
     let cfg = sale_cfg(env, sale).await?;
     let mut added = 0u64;
     for k in 0..cfg.shards {

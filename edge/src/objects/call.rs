@@ -16,14 +16,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use worker::{Env, Headers, Method, Request, RequestInit, Response, SqlStorage, SqlStorageValue};
 
-use crate::api::ApiError;
+use crate::api::error::{ApiError, ApiResult};
+use crate::http::respond::internal;
 
-pub type ApiResult<T> = std::result::Result<T, ApiError>;
-
-pub fn internal(e: worker::Error) -> ApiError {
-    ApiError::new(500, "internal", format!("edge error: {e}"))
-}
-
+/// A storage error as the API answers it: a 500 `queue_storage`.
 pub fn sql_err(e: worker::Error) -> ApiError {
     ApiError::new(500, "queue_storage", format!("queue storage error: {e}"))
 }
@@ -159,11 +155,4 @@ impl Meta {
         }
         Ok(())
     }
-}
-
-/// Query parameter `name` of a URL.
-pub fn query(url: &worker::Url, name: &str) -> Option<String> {
-    url.query_pairs()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
 }

@@ -41,19 +41,23 @@ use worker::{
     durable_object, js_sys,
 };
 
-use crate::api::{self, ApiError};
-use crate::control::{Controller, Limits, Mode, Reason, Sample};
-use crate::draw::{self, BeaconNext};
-use crate::draw_phases::{self, Phase};
-use crate::freeze::{CHUNK, ChunkIndex, Freeze, Item, Page};
-use crate::frontier::{Frontier, Inputs, Params};
-use crate::glue::{now_ms, send_with_timeout};
-use crate::metrics::AdmissionFigures;
-use crate::objects::{ApiResult, Meta, TurnRow, call_object, query, respond, sql_err};
-use crate::places::{Arrival, SecondArrivals, SecondReport, ShardIndex, Watermarks};
-use crate::queue::{self, ADMIT_TTL_SECS, Snapshot};
-use crate::shards;
-use crate::turns::{self, Turn};
+use crate::admission::control::{Controller, Limits, Mode, Reason, Sample};
+use crate::admission::frontier::{Frontier, Inputs, Params};
+use crate::admission::turns::{self, Turn};
+use crate::api::error::ApiError;
+use crate::api::error::ApiResult;
+use crate::api::metrics::AdmissionFigures;
+use crate::api::routes;
+use crate::draw::freeze::{CHUNK, ChunkIndex, Freeze, Item, LISTING_MAX, Page};
+use crate::draw::hash::{self, BeaconNext};
+use crate::draw::index::{BUCKET_SIZE, ShardIndex};
+use crate::draw::phases::{self, Phase};
+use crate::http::origin::send_with_timeout;
+use crate::http::respond::{now_ms, query};
+use crate::objects::call::{Meta, TurnRow, call_object, respond, sql_err};
+use crate::queue::places::{Arrival, SecondArrivals, SecondReport, Watermarks};
+use crate::queue::shards;
+use crate::queue::status::{self, ADMIT_TTL_SECS, Snapshot};
 
 const CONFIG_REFRESH_MS: u64 = 1_000;
 /// The sale's p99 target when the origin names none (DESIGN default).
@@ -76,16 +80,16 @@ pub struct SaleQueue {
     /// fetch failed (memory only: the alarm fetches before it steps).
     sample: Cell<Option<Sample>>,
     /// What the snapshots this object served in the last horizon let
-    /// isolates show (`queue::Promise`): the frontier never falls behind
+    /// isolates show (`status::Promise`): the frontier never falls behind
     /// any of them at the same moment, so a freeze (origin silent, pause)
     /// that stops the service clock never takes back a turn someone was
     /// just told they have. Memory only (an evicted object forgets them;
     /// its isolates then fall back by at most one horizon).
-    promises: RefCell<Vec<queue::Promise>>,
+    promises: RefCell<Vec<status::Promise>>,
     /// Pages of leaves in hand for the freeze, and of `value ‖ leaf` for the
     /// listing, one per shard (memory only: refetched after the stored
     /// cursors when the object was evicted).
-    leaf_pages: RefCell<Vec<Page<draw::Hash>>>,
+    leaf_pages: RefCell<Vec<Page<hash::Hash>>>,
     rank_pages: RefCell<Vec<Page<[u8; 64]>>>,
     /// When the shards were last woken (memory only: at most once a second).
     poked_ms: Cell<u64>,
@@ -103,8 +107,6 @@ const DRAW_PAGE: usize = 512;
 const DRAW_MAX_OUT: usize = 2_048;
 /// Time between two merge steps of the listing (see `draw_step`).
 const LISTING_STEP_GAP_MS: u64 = 100;
-/// Entries one listing page gives at most.
-pub(crate) const LISTING_MAX: u64 = 512;
 
 #[derive(Deserialize)]
 struct ChunkRow {
@@ -226,11 +228,11 @@ impl SaleQueue {
             sql.exec(q, None).map_err(sql_err)?;
         }
         if self.meta.get("commitment").is_none() {
-            let mut seed = [0u8; draw::SEED_BYTES];
+            let mut seed = [0u8; hash::SEED_BYTES];
             getrandom::fill(&mut seed)
                 .map_err(|_| ApiError::new(500, "rng", "CSPRNG unavailable"))?;
             self.set("seed", hex::encode(seed))?;
-            self.set("commitment", draw::commitment(&seed))?;
+            self.set("commitment", hash::commitment(&seed))?;
         }
         Ok(())
     }
@@ -521,7 +523,7 @@ impl SaleQueue {
         let mut promises = self.promises.borrow_mut();
         promises.retain(|p| p.live(now));
         if promises.len() < 256 {
-            promises.push(queue::Promise::of(&s));
+            promises.push(status::Promise::of(&s));
         }
         Ok(s)
     }
@@ -873,7 +875,7 @@ impl SaleQueue {
         json!({
             "version": 2,
             "commitment": get("commitment"),
-            "method": draw::METHOD,
+            "method": hash::METHOD,
             "entrants": self.meta.u64("entrants"),
             "entrants_root": get("entrants_root"),
             "beacon": beacon,
@@ -890,7 +892,7 @@ impl SaleQueue {
         sale: &str,
         path: &str,
         field: &str,
-        wants: Vec<crate::freeze::Want>,
+        wants: Vec<crate::draw::freeze::Want>,
         pages: &mut [Page<T>],
     ) -> ApiResult<bool> {
         let calls = wants.iter().map(|w| {
@@ -931,7 +933,7 @@ impl SaleQueue {
         sale: &str,
         (state_key, path, field): (&str, &str, &str),
         held: &RefCell<Vec<Page<T>>>,
-        put: impl Fn(&Self, &crate::freeze::Chunk<T>) -> ApiResult<()>,
+        put: impl Fn(&Self, &crate::draw::freeze::Chunk<T>) -> ApiResult<()>,
     ) -> ApiResult<Option<Freeze<T>>> {
         let n = self.shards() as usize;
         let mut f: Freeze<T> = self
@@ -966,7 +968,7 @@ impl SaleQueue {
     }
 
     /// One bounded step of the draw v2 at the coordinator, in the order
-    /// `draw_phases::next` gives: the freeze (merge every shard's sorted
+    /// `phases::next` gives: the freeze (merge every shard's sorted
     /// leaves into the Merkle tree, in chunks), the beacon and the key;
     /// then, once every shard has drawn with that key, the listing (merge
     /// every shard's values). Returns whether more can be done at once (the
@@ -975,19 +977,19 @@ impl SaleQueue {
     /// runs in a request.
     async fn draw_step(&self, sale: &str, now: u64) -> ApiResult<bool> {
         let starts = self.meta.u64("starts_at_ms").unwrap_or(u64::MAX);
-        let facts = draw_phases::Facts {
+        let facts = phases::Facts {
             now_ms: now,
-            freeze_at_ms: starts.saturating_add(crate::queue_shard::DRAW_GRACE_MS),
+            freeze_at_ms: starts.saturating_add(crate::draw::phases::DRAW_GRACE_MS),
             frozen: self.meta.get("entrants_root").is_some(),
             keyed: self.meta.get("key").is_some(),
             drawn: self.drawn(),
             drawn_at_ms: self.meta.u64("drawn_at_ms").unwrap_or(0),
             listed: self.meta.flag("listed"),
         };
-        match draw_phases::next(&facts) {
+        match phases::next(&facts) {
             Phase::Wait | Phase::Done => Ok(false),
             Phase::Freeze => {
-                let put = |q: &Self, c: &crate::freeze::Chunk<draw::Hash>| {
+                let put = |q: &Self, c: &crate::draw::freeze::Chunk<hash::Hash>| {
                     let leaves: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
                     q.sql()
                         .exec(
@@ -995,7 +997,7 @@ impl SaleQueue {
                             Some(vec![
                                 (c.index as f64).into(),
                                 leaves.first().cloned().unwrap_or_default().into(),
-                                draw::to_hex_hash(&c.root).into(),
+                                hash::to_hex_hash(&c.root).into(),
                                 serde_json::to_string(&leaves).unwrap_or_default().into(),
                             ]),
                         )
@@ -1037,14 +1039,14 @@ impl SaleQueue {
                 };
                 self.set(
                     "key",
-                    draw::to_hex_hash(&::draw::key(&seed, &root, &beacon)),
+                    hash::to_hex_hash(&::draw::key(&seed, &root, &beacon)),
                 )?;
                 // The shards waiting for the key are woken now.
                 self.poked_ms.set(0);
                 Ok(false)
             }
             Phase::List => {
-                let put = |q: &Self, c: &crate::freeze::Chunk<[u8; 64]>| {
+                let put = |q: &Self, c: &crate::draw::freeze::Chunk<[u8; 64]>| {
                     let items: Vec<String> = c.leaves.iter().map(Item::to_hex).collect();
                     q.sql()
                         .exec(
@@ -1103,14 +1105,14 @@ impl SaleQueue {
             .u64("beacon_genesis")
             .zip(self.meta.u64("beacon_period"));
         let frozen = self.meta.u64("frozen_at_ms").unwrap_or(now);
-        let wait = draw::beacon_wait_ms(
+        let wait = hash::beacon_wait_ms(
             self.env
                 .var("DRAW_BEACON_WAIT_SECS")
                 .ok()
                 .map(|v| v.to_string())
                 .as_deref(),
         );
-        match draw::beacon_next(now, starts, frozen, info, wait) {
+        match hash::beacon_next(now, starts, frozen, info, wait) {
             BeaconNext::Info => {
                 if let Some(v) = get_json(&format!("{base}/info")).await
                     && let (Some(g), Some(p)) = (v["genesis_time"].as_u64(), v["period"].as_u64())
@@ -1173,9 +1175,9 @@ impl SaleQueue {
         };
         let missing = || ApiError::new(404, "not_in_draw", "this leaf is not in the frozen set");
         let j = index
-            .chunk_of(&draw::to_hex_hash(&leaf))
+            .chunk_of(&hash::to_hex_hash(&leaf))
             .ok_or_else(missing)?;
-        let chunk: Vec<draw::Hash> = self
+        let chunk: Vec<hash::Hash> = self
             .sql()
             .exec(
                 "SELECT leaves FROM chunks WHERE j = ?",
@@ -1192,7 +1194,7 @@ impl SaleQueue {
         let (at, path) = index.locate(&leaf, &chunk).ok_or_else(missing)?;
         Ok(json!({
             "leaf_index": at,
-            "audit_path": path.iter().map(draw::to_hex_hash).collect::<Vec<_>>(),
+            "audit_path": path.iter().map(hash::to_hex_hash).collect::<Vec<_>>(),
             "entrants": entrants,
         }))
     }
@@ -1255,7 +1257,7 @@ impl SaleQueue {
                 .map(|r| {
                     let count = r.count.unwrap_or(0.0) as u64;
                     json!({"shard": r.shard as u64, "count": count,
-                           "buckets": count.div_ceil(crate::shard_draw::BUCKET_SIZE as u64)})
+                           "buckets": count.div_ceil(BUCKET_SIZE as u64)})
                 })
                 .collect();
         }
@@ -1268,7 +1270,7 @@ impl SaleQueue {
             .get("x-sale")
             .ok()
             .flatten()
-            .filter(|s| api::valid_id(s))
+            .filter(|s| routes::valid_id(s))
             .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
         self.set("sale", &sale)?;
         let url = req.url().map_err(|_| ApiError::not_found())?;

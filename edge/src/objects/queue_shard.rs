@@ -12,7 +12,7 @@
 //! - one entry per account (`sub` is the primary key); a repeated join
 //!   returns the stored ticket;
 //! - an entry is in the pre-queue iff its arrival stamp (the Worker's, when
-//!   believable: `queue::arrival_ms`) is before `starts_at` and the draw has
+//!   believable: `status::arrival_ms`) is before `starts_at` and the draw has
 //!   not begun (it begins `DRAW_GRACE_MS` after the start); stamps never
 //!   decrease and never fall in a second already reported
 //!   (`places::Stamper`);
@@ -36,28 +36,22 @@ use worker::{
     DurableObject, Env, Method, Request, Response, Result, SqlStorage, State, durable_object,
 };
 
-use crate::api::{self, ApiError};
-use crate::botcheck;
-use crate::draw;
-use crate::glue::{now_ms, ring};
-use crate::objects::{ApiResult, Meta, TurnRow, call_object, query, respond, sql_err};
-use crate::places::{SecondReport, Stamper};
-use crate::queue::{self, TICKET_TTL_SECS};
-use crate::shard_draw::{self, DrawState, DrawStore, Limits};
-use crate::shards;
+use crate::api::error::ApiError;
+use crate::api::error::ApiResult;
+use crate::api::routes;
+use crate::botcheck::join::Refusal;
+use crate::draw::hash;
+use crate::draw::steps::{self, DrawState, DrawStore, Limits};
+use crate::http::keys::ring;
+use crate::http::respond::{now_ms, query};
+use crate::objects::call::{Meta, TurnRow, call_object, respond, sql_err};
+use crate::queue::places::{SecondReport, Stamper};
+use crate::queue::shards;
+use crate::queue::status::{self, TICKET_TTL_SECS};
 
 /// Joins loaded by one bulk call at most (DEV_MODE hook): the edge's own check.
-use crate::bodies::BULK_MAX;
-/// The draw begins this long after the start, so that a join pressed just
-/// before the start and still on its way from the Worker lands in the
-/// pre-queue it belongs to (its arrival is stamped when it reached the
-/// edge). The Worker answers from cached sale settings when it has seen
-/// the sale in the last minute, else waits for the origin's summary at
-/// most `SUMMARY_TIMEOUT_MS` (2 s): the grace covers that wait and the
-/// trip here. (A Turnstile sale's siteverify call may take up to 5 s more;
-/// a join that slow near the start is placed after the pre-queue.)
-pub(crate) const DRAW_GRACE_MS: u64 = 3_000;
-const _: () = assert!(DRAW_GRACE_MS >= crate::glue::SUMMARY_TIMEOUT_MS as u64 + 1_000);
+use crate::api::bodies::BULK_MAX;
+use crate::draw::phases::DRAW_GRACE_MS;
 /// After the end, arrivals are reported for this long, then the chain stops.
 const REPORT_AFTER_END_MS: u64 = 10_000;
 
@@ -189,7 +183,7 @@ impl DrawStore for SqlDraw<'_> {
 
     /// One statement a run, whatever its length (the items travel as one
     /// JSON text): the rows are appended in `(r, i)` order.
-    fn put_run(&mut self, run: u64, items: &[shard_draw::Item]) -> ApiResult<()> {
+    fn put_run(&mut self, run: u64, items: &[steps::Item]) -> ApiResult<()> {
         self.0
             .exec(
                 "DELETE FROM runs WHERE r = ?",
@@ -208,7 +202,7 @@ impl DrawStore for SqlDraw<'_> {
         Ok(())
     }
 
-    fn run_items(&mut self, run: u64, from: u64, limit: usize) -> ApiResult<Vec<shard_draw::Item>> {
+    fn run_items(&mut self, run: u64, from: u64, limit: usize) -> ApiResult<Vec<steps::Item>> {
         Ok(self
             .0
             .exec(
@@ -229,7 +223,7 @@ impl DrawStore for SqlDraw<'_> {
 
     /// A bucket keeps its values (what isolates fetch to place people) and
     /// their leaves beside them (what the coordinator's listing reads).
-    fn put_bucket(&mut self, index: u64, items: &[shard_draw::Item]) -> ApiResult<()> {
+    fn put_bucket(&mut self, index: u64, items: &[steps::Item]) -> ApiResult<()> {
         let vals: Vec<&str> = items.iter().map(|(v, _)| v.as_str()).collect();
         let leaves: Vec<&str> = items.iter().map(|(_, l)| l.as_str()).collect();
         let last = vals.last().copied().unwrap_or_default();
@@ -263,7 +257,7 @@ fn new_salt() -> (String, [u8; 16]) {
 /// A fresh salt and the leaf it gives `sub` (both hex).
 fn new_salt_for(sub: &str) -> (String, String) {
     let (hex_salt, salt) = new_salt();
-    (hex_salt, draw::leaf_hex(sub, &salt))
+    (hex_salt, hash::leaf_hex(sub, &salt))
 }
 
 /// A synthetic entrant's salt (DEV_MODE bulk hook only):
@@ -276,7 +270,7 @@ fn bulk_salt_for(sale: &str, sub: &str) -> (String, String) {
     let h = Sha256::digest(format!("fs-bulk-salt:{sale}:{sub}").as_bytes());
     let mut salt = [0u8; 16];
     salt.copy_from_slice(&h[..16]);
-    (hex::encode(salt), draw::leaf_hex(sub, &salt))
+    (hex::encode(salt), hash::leaf_hex(sub, &salt))
 }
 
 /// Leaves or ranked entries a page of `/leaves` or `/ranked` holds at most.
@@ -448,7 +442,7 @@ impl QueueShard {
 
     async fn join(&self, sale: &str, b: JoinBody) -> ApiResult<Value> {
         // The arrival is stamped before anything else (no await before it),
-        // from the Worker's stamp when believable (`queue::arrival_ms`).
+        // from the Worker's stamp when believable (`status::arrival_ms`).
         let now = now_ms();
         let sub = b.sub;
         if sub.is_empty() || sub.len() > 256 {
@@ -476,7 +470,7 @@ impl QueueShard {
             // (t_ms, seq) stays in its reported second, so its place stays
             // taken and nobody else's place moves.
             let mut stamper = self.stamper.get();
-            let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms).max(self.starts_at()));
+            let t = stamper.stamp(status::arrival_ms(now, b.arrival_ms).max(self.starts_at()));
             self.stamper.set(stamper);
             let seq = self.meta.u64("next_seq").unwrap_or(1);
             let salt = row.salt.clone().unwrap_or_else(|| new_salt().0);
@@ -541,7 +535,7 @@ impl QueueShard {
             return Ok(json!({"ticket": t, "prequeue": pre}));
         }
         let mut stamper = self.stamper.get();
-        let t = stamper.stamp(queue::arrival_ms(now, b.arrival_ms));
+        let t = stamper.stamp(status::arrival_ms(now, b.arrival_ms));
         self.stamper.set(stamper);
         let starts = self.starts_at();
         let pre = t < starts && !self.draw_begun();
@@ -597,7 +591,7 @@ impl QueueShard {
             .into_iter()
             .next();
         if last.is_some_and(|r| r.iat_ms as u64 >= iat_ms) {
-            return Err(botcheck::Refusal::Reused.error());
+            return Err(Refusal::Reused.error());
         }
         sql.exec(
             "INSERT OR REPLACE INTO challenges (sub, iat_ms) VALUES (?, ?)",
@@ -611,7 +605,7 @@ impl QueueShard {
     /// entrants `prefix-i` for `i` in `from..to` that map to this shard.
     async fn bulk(&self, sale: &str, b: BulkBody) -> ApiResult<Value> {
         let now = now_ms();
-        if b.to < b.from || b.to - b.from > BULK_MAX || !api::valid_id(&b.prefix) {
+        if b.to < b.from || b.to - b.from > BULK_MAX || !routes::valid_id(&b.prefix) {
             return Err(ApiError::new(
                 400,
                 "bad_request",
@@ -743,7 +737,7 @@ impl QueueShard {
                 "SELECT vals, leaves FROM buckets WHERE last > ? ORDER BY j LIMIT ?",
                 Some(vec![
                     after.as_str().into(),
-                    ((limit.div_ceil(shard_draw::BUCKET_SIZE) + 1) as f64).into(),
+                    ((limit.div_ceil(crate::draw::index::BUCKET_SIZE) + 1) as f64).into(),
                 ]),
             )
             .map_err(sql_err)?
@@ -779,7 +773,7 @@ impl QueueShard {
             .get("x-sale")
             .ok()
             .flatten()
-            .filter(|s| api::valid_id(s))
+            .filter(|s| routes::valid_id(s))
             .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))?;
         let url = req.url().map_err(|_| ApiError::not_found())?;
         let bad = |_| ApiError::new(400, "bad_request", "bad body");
@@ -881,9 +875,9 @@ impl QueueShard {
                 k
             }
         };
-        let value = |leaf: &str| draw::value_hex(&key, leaf);
+        let value = |leaf: &str| hash::value_hex(&key, leaf);
         let sql = self.sql();
-        let next = shard_draw::step(&state, &mut SqlDraw(&sql), &value, Limits::default())?;
+        let next = steps::step(&state, &mut SqlDraw(&sql), &value, Limits::default())?;
         self.set("draw", serde_json::to_string(&next).unwrap_or_default())?;
         Ok(next.is_done())
     }

@@ -1,0 +1,7 @@
+//! The Durable Objects (Wasm only): a sale's queue shards
+//! ([`queue_shard`]) and its coordinator ([`sale_queue`]), and how the
+//! Worker and the objects call each other ([`call`]).
+
+pub mod call;
+pub mod queue_shard;
+pub mod sale_queue;
