@@ -12,7 +12,9 @@
 //! - [`guard`]: refusals before any work (configuration, rate limits);
 //! - [`draw`]: the verifiable pre-queue draw, in bounded steps;
 //! - [`queue`]: shards, places and the status a poll answers;
-//! - [`admission`]: the frontier, its rate controller, abandoned turns.
+//! - [`admission`]: the frontier, its rate controller, abandoned turns;
+//! - [`store`]: the storage interface the objects' logic runs on (SQL:
+//!   Durable Object storage in the Worker, in-memory SQLite in tests).
 //!
 //! Wasm only (`cfg(target_arch = "wasm32")`), thin I/O over the above:
 //! - `http`: answers, key rings, caches, the origin's summary, the
@@ -33,6 +35,7 @@ pub mod botcheck;
 pub mod draw;
 pub mod guard;
 pub mod queue;
+pub mod store;
 
 #[cfg(target_arch = "wasm32")]
 mod http;

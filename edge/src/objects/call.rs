@@ -17,6 +17,7 @@ use serde_json::Value;
 use worker::{Env, Headers, Method, Request, RequestInit, Response, SqlStorage, SqlStorageValue};
 
 use crate::api::error::{ApiError, ApiResult};
+use crate::api::routes;
 use crate::http::respond::internal;
 
 /// A storage error as the API answers it: a 500 `queue_storage`.
@@ -67,6 +68,17 @@ pub async fn call_object(
         return Err(e);
     }
     Ok(v)
+}
+
+/// The sale a call to an object is about (its `x-sale` header: a valid
+/// id, or a 400).
+pub fn sale_of(req: &Request) -> ApiResult<String> {
+    req.headers()
+        .get("x-sale")
+        .ok()
+        .flatten()
+        .filter(|s| routes::valid_id(s))
+        .ok_or_else(|| ApiError::new(400, "bad_request", "x-sale missing"))
 }
 
 /// A JSON answer from an object's `fetch`.

@@ -1,11 +1,13 @@
 //! The fair queue (pure, host-tested): which shard an account belongs to
-//! ([`shards`]), global places from sharded queues ([`places`]), and the
+//! ([`shards`]), global places from sharded queues ([`places`]), the
 //! status a poll answers from a ticket and the coordinator's snapshot
-//! ([`status`]).
+//! ([`status`]), and the logic of the queue's Durable Objects over the
+//! storage interface (`store`): a shard's entries ([`entries`]).
 //!
 //! Invariant of the part: one entry — one place — per account, places
 //! drawn uniformly at random before the start and by arrival after it.
 
+pub mod entries;
 pub mod places;
 pub mod shards;
 pub mod status;
