@@ -2,8 +2,7 @@
 //! ([`queue_shard`]) and its coordinator ([`sale_queue`]), and how the
 //! Worker and the objects call each other ([`call`]), and Durable Object
 //! SQL storage as the objects' storage interface ([`storage`]). I/O only:
-//! the logic is in `queue::entries` (and, for the coordinator,
-//! `objects::sale_queue` until it moves).
+//! the logic is in `queue::entries` and `queue::coordinator`.
 
 pub mod call;
 pub mod queue_shard;
