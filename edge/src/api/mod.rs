@@ -13,4 +13,5 @@ pub mod metrics;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod openapi;
 pub mod routes;
+pub mod summary;
 pub mod trace;

@@ -8,11 +8,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use token::KeyRing;
+use token::{Claims, Expect, KeyRing, TokenType};
 use worker::{Env, Request};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::routes;
+use crate::http::respond::now_ms;
 
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
@@ -47,4 +48,18 @@ pub(crate) fn bearer_of(req: &Request) -> ApiResult<String> {
     routes::bearer(h.as_deref())
         .map(str::to_string)
         .ok_or_else(ApiError::token_missing)
+}
+
+/// The claims of a valid ticket of `sale` (every token error its code).
+pub(crate) fn ticket_claims(tickets: &KeyRing, sale: &str, ticket: &str) -> ApiResult<Claims> {
+    tickets
+        .verify(
+            ticket,
+            Expect {
+                typ: TokenType::Ticket,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)
 }

@@ -113,13 +113,6 @@ pub(crate) fn recent_summary(sale: &str, max_age_ms: u64) -> Option<Value> {
     })
 }
 
-/// Whether a summary says the sale is sold out.
-pub(crate) fn summary_says_sold_out(v: &Value) -> bool {
-    v["sold_out"].as_bool() == Some(true)
-        || v["phase"].as_str() == Some("sold_out")
-        || v["units_available"].as_u64() == Some(0)
-}
-
 /// Forgets the stale summaries of this isolate (DEV_MODE hook: the next
 /// request behaves as in a fresh isolate).
 pub(crate) fn forget_memory() {

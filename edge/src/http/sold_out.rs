@@ -15,8 +15,9 @@ use std::collections::HashMap;
 
 use worker::Env;
 
+use crate::api::summary::says_sold_out;
 use crate::http::cache::{bounded_insert, cache_key, cache_put_json, cached, stamped_within};
-use crate::http::origin::{origin_summary, summary_says_sold_out};
+use crate::http::origin::origin_summary;
 use crate::http::respond::now_ms;
 
 /// How long the sold-out flag stands before it is rechecked.
@@ -79,7 +80,7 @@ pub(crate) async fn sold_out_known(env: &Env, sale: &str) -> bool {
     let was_flagged = SOLD_OUT.with(|m| m.borrow().contains_key(sale));
     if was_flagged {
         match origin_summary(env, sale).await {
-            Ok((v, _)) if summary_says_sold_out(&v) => {
+            Ok((v, _)) if says_sold_out(&v) => {
                 set_sold_out(sale).await;
                 return true;
             }

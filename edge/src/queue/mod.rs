@@ -11,5 +11,6 @@
 pub mod coordinator;
 pub mod entries;
 pub mod places;
+pub mod poll;
 pub mod shards;
 pub mod status;

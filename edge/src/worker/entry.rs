@@ -24,7 +24,7 @@ use crate::http::origin::{origin_summary, origin_url, recent_summary};
 use crate::http::respond::{error_response, internal, json_response, now_ms};
 use crate::worker::reserve::{forward, forward_reservation, reserve};
 use crate::worker::summary::summary;
-use crate::worker::waiting;
+use crate::worker::{audit, join, memory, pieces, snapshot, status};
 
 thread_local! {
     /// The (user, admission) rings last found apart, so the check is one
@@ -76,12 +76,12 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::Health => health(&env),
         Route::Ping => Response::ok("pong").map_err(internal),
         Route::Summary(sale) => summary(&env, &sale).await,
-        Route::Join(sale) => waiting::join(&env, req, &sale).await,
-        Route::Challenge(sale) => waiting::challenge(&env, &req, &sale, dev_mode(&env)).await,
-        Route::Status(sale) => waiting::status(&env, &req, &sale).await,
-        Route::Draw(sale) => waiting::draw_audit(&env, &req, &sale).await,
-        Route::Receipt(sale) => waiting::receipt(&env, &req, &sale).await,
-        Route::Metrics(sale) => waiting::metrics(&env, &sale).await,
+        Route::Join(sale) => join::join(&env, req, &sale).await,
+        Route::Challenge(sale) => join::challenge(&env, &req, &sale, dev_mode(&env)).await,
+        Route::Status(sale) => status::status(&env, &req, &sale).await,
+        Route::Draw(sale) => audit::draw_audit(&env, &req, &sale).await,
+        Route::Receipt(sale) => audit::receipt(&env, &req, &sale).await,
+        Route::Metrics(sale) => audit::metrics(&env, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
             forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await
@@ -115,11 +115,14 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
             )
             .await
         }
-        Route::DevBulk(sale) if dev_mode(&env) => waiting::bulk(&env, req, &sale).await,
+        Route::DevBulk(sale) if dev_mode(&env) => join::bulk(&env, req, &sale).await,
         Route::DevForget if dev_mode(&env) => {
             crate::http::sold_out::forget_memory();
             crate::http::origin::forget_memory();
-            waiting::forget_memory();
+            memory::forget_memory();
+            snapshot::forget_memory();
+            pieces::forget_memory();
+            status::forget_memory();
             json_response(200, &json!({"forgotten": true}), "no-store").map_err(internal)
         }
         Route::DevToken | Route::DevPayment(_) | Route::DevBulk(_) | Route::DevForget => {

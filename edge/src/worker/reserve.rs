@@ -25,7 +25,7 @@ use crate::http::keys::{bearer_of, ring};
 use crate::http::origin::{origin_url, send_with_timeout};
 use crate::http::respond::{error_response, internal, now_ms};
 use crate::http::sold_out::{held_key_known, remember_held_key, set_sold_out, sold_out_known};
-use crate::worker::waiting;
+use crate::worker::calls::{tell_held, tell_sold_out};
 
 const ORIGIN_TIMEOUT_MS: u32 = 5_000;
 
@@ -158,7 +158,7 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
     .await?;
     if resp.status_code() == 202 {
         // A person with a live hold never loses the turn (issue 13 #4).
-        waiting::tell_held(env, sale, &claims.sub).await;
+        tell_held(env, sale, &claims.sub).await;
         if let Some(name) = &held {
             remember_held_key(name).await;
         }
@@ -166,7 +166,7 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
     if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
         set_sold_out(sale).await;
         // Tell the queue so every waiting person hears it at once.
-        waiting::tell_sold_out(env, sale).await;
+        tell_sold_out(env, sale).await;
     }
     Ok(resp)
 }

@@ -9,20 +9,21 @@ use serde_json::json;
 use worker::{Env, Response};
 
 use crate::api::error::ApiResult;
+use crate::api::summary::says_sold_out;
 use crate::draw::hash;
-use crate::http::origin::{origin_summary, summary_says_sold_out};
+use crate::http::origin::origin_summary;
 use crate::http::respond::{internal, json_response, now_ms};
 use crate::http::sold_out::set_sold_out;
-use crate::worker::waiting;
+use crate::worker::snapshot::snapshot_within;
 
 /// The summary of `sale`, cached 1 s by browsers and the CDN.
 pub(crate) async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
     let (mut body, stale) = origin_summary(env, sale).await?;
-    if summary_says_sold_out(&body) {
+    if says_sold_out(&body) {
         set_sold_out(sale).await;
     }
     // Queue figures are best effort: the summary stands without them.
-    if let Ok(s) = waiting::snapshot_within(env, sale, 900).await {
+    if let Ok(s) = snapshot_within(env, sale, 900).await {
         // The frontier people are admitted by (extrapolated from the
         // snapshot's checkpoint, as their polls are), so the figure is never
         // behind a place someone was just told is admitted.
