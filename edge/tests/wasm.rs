@@ -10,7 +10,7 @@ use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
 #[wasm_bindgen_test]
 fn draw_matches_the_host_vector() {
-    // Same vector as the host test `draw_vector_is_stable` in edge/src/draw.rs.
+    // Same vector as the host test `draw_vector_is_stable` in edge/src/draw/hash.rs.
     assert_eq!(
         draw::commitment(&[0u8; 32]),
         "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
