@@ -182,7 +182,7 @@ export async function startEdge({ originUrl, devVars }) {
   return { url, log, stop };
 }
 
-/** The account's queue shard, as the edge computes it (edge/src/shards.rs). */
+/** The account's queue shard, as the edge computes it (edge/src/queue/shards.rs). */
 export function shardOf(account, shards) {
   const h = createHash('sha256').update(`fs-shard:${account}`).digest().readBigUInt64BE(0);
   return Number((h * BigInt(shards)) >> 64n);

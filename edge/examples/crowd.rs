@@ -10,10 +10,11 @@
 
 use std::time::Instant;
 
-use edge::draw::{leaf_hex, value_hex};
-use edge::places::{ShardIndex, place_of};
-use edge::shard_draw::{DrawState, Limits, MemShard, step};
-use edge::shards::shard_of;
+use edge::draw::hash::{leaf_hex, value_hex};
+use edge::draw::index::ShardIndex;
+use edge::draw::steps::{DrawState, Limits, MemShard, step};
+use edge::queue::places::place_of;
+use edge::queue::shards::shard_of;
 
 /// A synthetic entrant's leaf (its salt from its number, as good as random
 /// for the cost measured here).

@@ -9,8 +9,8 @@
 
 use std::time::Instant;
 
-use edge::freeze::{Freeze, Page};
-use edge::shards::shard_of;
+use edge::draw::freeze::{Freeze, Page};
+use edge::queue::shards::shard_of;
 
 const PAGE: usize = 512;
 const MAX_OUT: usize = 8_192;

@@ -1,6 +1,6 @@
 //! What proof of work costs a bot farm (`scripts/bench-botcheck`): native
 //! SHA-256 tries per CPU-second on this machine, one core, as the edge
-//! checks them (`botcheck::pow_hash`) and as a farm would run them (the
+//! checks them (`botcheck::pow::pow_hash`) and as a farm would run them (the
 //! challenge's full blocks hashed once, only the nonce's block per try),
 //! and the measured CPU time of solving real challenges at 16, 18, 20 and
 //! 22 bits, scaled to 1,000 accounts. Prints markdown; never a test.
@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use edge::botcheck::{self, CHALLENGE_TTL_MS, leading_zero_bits};
+use edge::botcheck::pow::{self as botcheck, CHALLENGE_TTL_MS, leading_zero_bits};
 use sha2::{Digest, Sha256};
 use token::KeyRing;
 

@@ -5,42 +5,41 @@
 //! sale summary and the sold-out flag, and forwards admitted requests to
 //! the origin.
 //!
-//! Layout: the pure modules ([`api`], [`bodies`], [`botcheck`], [`config`], [`control`],
-//! [`draw`], [`draw_phases`], [`freeze`], [`frontier`], [`limit`], [`metrics`], [`places`], [`queue`],
-//! [`shard_draw`], [`shards`], [`trace`], [`turns`]) hold all the logic and are tested on the host;
-//! `glue`, `waiting`, `objects`, `queue_shard` and `sale_queue` (Wasm only)
-//! are thin runtime glue. Invariant: nothing in this crate trusts input —
-//! every token is verified, every id validated, and no input can make it
-//! panic.
+//! Layout: one folder per part. Plain Rust, tested on the host:
+//! - [`api`]: routes, errors, request and response bodies, the OpenAPI
+//!   document;
+//! - [`botcheck`]: the bot check at join (proof of work, Turnstile);
+//! - [`guard`]: refusals before any work (configuration, rate limits);
+//! - [`draw`]: the verifiable pre-queue draw, in bounded steps;
+//! - [`queue`]: shards, places and the status a poll answers;
+//! - [`admission`]: the frontier, its rate controller, abandoned turns;
+//! - [`store`]: the storage interface the objects' logic runs on (SQL:
+//!   Durable Object storage in the Worker, in-memory SQLite in tests).
+//!
+//! Wasm only (`cfg(target_arch = "wasm32")`), thin I/O over the above:
+//! - `http`: answers, key rings, caches, the origin's summary, the
+//!   sold-out flag;
+//! - `objects`: the Durable Objects;
+//! - `worker`: the `#[event(fetch)]` entry, its router and handlers.
+//!
+//! No file imports another around a loop (`scripts/modgraph edge`): the
+//! Wasm parts import the plain ones, never the reverse, and within the Wasm
+//! parts `worker` and `objects` import `http`, which imports neither.
+//!
+//! Invariant: nothing in this crate trusts input — every token is
+//! verified, every id validated, and no input can make it panic.
 
+pub mod admission;
 pub mod api;
-pub mod bodies;
 pub mod botcheck;
-pub mod config;
-pub mod control;
 pub mod draw;
-pub mod draw_phases;
-pub mod freeze;
-pub mod frontier;
-pub mod limit;
-pub mod metrics;
-/// Host only: the OpenAPI document of the routes (docs/openapi/edge.json).
-#[cfg(not(target_arch = "wasm32"))]
-pub mod openapi;
-pub mod places;
+pub mod guard;
 pub mod queue;
-pub mod shard_draw;
-pub mod shards;
-pub mod trace;
-pub mod turns;
+pub mod store;
 
 #[cfg(target_arch = "wasm32")]
-mod glue;
+mod http;
 #[cfg(target_arch = "wasm32")]
 mod objects;
 #[cfg(target_arch = "wasm32")]
-mod queue_shard;
-#[cfg(target_arch = "wasm32")]
-mod sale_queue;
-#[cfg(target_arch = "wasm32")]
-mod waiting;
+mod worker;

@@ -1,5 +1,5 @@
 //! docs/openapi/edge.json is the edge's route table, checked on the host:
-//! the committed file is `edge::openapi::json()` byte for byte; every
+//! the committed file is `edge::api::openapi::json()` byte for byte; every
 //! operation in it routes ([`edge::api::route`]) to a served route for its
 //! method; and every `/api/` route is in it.
 //!
@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use edge::api::{Route, route};
+use edge::api::routes::{Route, route};
 
 fn committed_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi/edge.json")
@@ -65,7 +65,7 @@ const ALL_API_ROUTES: [&str; 17] = [
 
 #[test]
 fn the_committed_document_is_the_generated_one() {
-    let generated = edge::openapi::json();
+    let generated = edge::api::openapi::json();
     if std::env::var_os("EDGE_OPENAPI_WRITE").is_some() {
         std::fs::write(committed_path(), &generated).unwrap();
     }
@@ -80,7 +80,7 @@ fn the_committed_document_is_the_generated_one() {
 
 #[test]
 fn every_documented_operation_is_routed_and_every_api_route_documented() {
-    let doc: serde_json::Value = serde_json::from_str(&edge::openapi::json()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&edge::api::openapi::json()).unwrap();
     let mut seen = BTreeSet::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         assert!(path.starts_with("/api/"), "{path}");

@@ -4,13 +4,13 @@
 //! benchmark is not a test).
 #![cfg(target_arch = "wasm32")]
 
-use edge::draw;
+use edge::draw::hash as draw;
 use token::{Claims, Expect, KeyRing, TokenType};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test};
 
 #[wasm_bindgen_test]
 fn draw_matches_the_host_vector() {
-    // Same vector as the host test `draw_vector_is_stable` in edge/src/draw.rs.
+    // Same vector as the host test `draw_vector_is_stable` in edge/src/draw/hash.rs.
     assert_eq!(
         draw::commitment(&[0u8; 32]),
         "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
@@ -62,7 +62,8 @@ fn bench_token_verify_in_wasm() {
 
 #[wasm_bindgen_test]
 fn bench_pow_verify_in_wasm() {
-    use edge::botcheck::{self, CHALLENGE_TTL_MS, Proof};
+    use edge::botcheck::join::Proof;
+    use edge::botcheck::pow::{self as botcheck, CHALLENGE_TTL_MS};
     let ring = KeyRing::from_keys(&[("k1", &[7u8; 32]), ("k0", &[9u8; 32])]).unwrap();
     let now = 1_767_000_000_000u64;
     // The difficulty does not change the verify cost (one hash either way).

@@ -33,6 +33,9 @@ use std::marker::PhantomData;
 use draw::{Hash, RootBuilder};
 use serde::{Deserialize, Serialize};
 
+/// Entries one listing page gives at most (`GET …/draw?from=&limit=`).
+pub const LISTING_MAX: u64 = 512;
+
 /// What a freeze merges: fixed-size byte strings ordered as bytes. The
 /// entrant set merges leaves ([`Hash`]); the published listing merges
 /// `value ‖ leaf` pairs (`[u8; 64]`, ordered by value: values are unique).

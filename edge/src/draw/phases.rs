@@ -16,6 +16,17 @@
 //!   for audits, does not compete with them), and once listed nothing more
 //!   is done.
 
+/// The draw begins this long after the start, so that a join pressed just
+/// before the start and still on its way from the Worker lands in the
+/// pre-queue it belongs to (its arrival is stamped when it reached the
+/// edge). The Worker answers from cached sale settings when it has seen
+/// the sale in the last minute, else waits for the origin's summary at
+/// most `SUMMARY_TIMEOUT_MS` (2 s; `http::origin` asserts the grace
+/// covers it): the grace covers that wait and the trip here. (A Turnstile
+/// sale's siteverify call may take up to 5 s more; a join that slow near
+/// the start is placed after the pre-queue.)
+pub const DRAW_GRACE_MS: u64 = 3_000;
+
 /// How long after the draw the listing's merge begins.
 pub const LISTING_DELAY_MS: u64 = 3_000;
 

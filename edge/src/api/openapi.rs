@@ -4,9 +4,9 @@
 //!
 //! The Worker's handlers are Wasm glue that the host cannot compile, so
 //! each operation is described here on a stand-in function named after the
-//! [`crate::api::Route`] it documents. That is hand-written, so it is kept
+//! [`crate::api::routes::Route`] it documents. That is hand-written, so it is kept
 //! honest by edge/tests/openapi.rs: every operation in the document, with
-//! sample ids in its path, must route ([`crate::api::route`]) to a served
+//! sample ids in its path, must route ([`crate::api::routes::route`]) to a served
 //! route for its method; every `/api/` route variant must be documented
 //! (an exhaustive match, so a new variant cannot be forgotten); and
 //! `docs/openapi/edge.json` must be [`json`]'s output byte for byte.
@@ -255,7 +255,7 @@ pub struct DevToken {
 pub struct DevBulkBody {
     prefix: String,
     from: u64,
-    /// At most `from + 50000` (`crate::bodies::BULK_MAX`).
+    /// At most `from + 50000` (`crate::api::bodies::BULK_MAX`).
     to: u64,
 }
 

@@ -3,7 +3,7 @@
 //! Role: at `starts_at` every shard turns its own pre-queue entrants into
 //! immutable buckets of sorted draw values (`BUCKET_SIZE` each). Nothing
 //! here writes a place per entrant: a person's global place is computed
-//! later, from every shard's buckets (see [`crate::places`]).
+//! later, from every shard's buckets (see [`crate::queue::places`]).
 //!
 //! The draw is a small state machine ([`DrawState`]) advanced by [`step`]
 //! against a [`DrawStore`] (SQLite in the Durable Object, memory on the
@@ -13,7 +13,7 @@
 //!
 //! 1. `Values`: entrants in `seq` order, `values_per_step` at a time, get
 //!    their draw value from the value function (draw v2:
-//!    `draw::value_hex(key, leaf)`, the entrant given by its leaf); each
+//!    `hash::value_hex(key, leaf)`, the entrant given by its leaf); each
 //!    step's `(value, entrant)` pairs are sorted and written as one *run*;
 //! 2. `Merge`: the runs are merged (a cursor per run), `buckets_per_step`
 //!    buckets of `BUCKET_SIZE` per step, reading from each run only a few
@@ -42,8 +42,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Values per bucket (the last bucket of a shard may hold fewer).
-pub const BUCKET_SIZE: usize = 512;
+use crate::draw::index::{BUCKET_SIZE, ShardIndex};
 
 /// Rows of a run read at a time while merging.
 pub const MERGE_CHUNK: usize = 64;
@@ -274,8 +273,8 @@ impl MemShard {
     }
 
     /// The shard's index once drawn: first value of each bucket.
-    pub fn index(&self) -> crate::places::ShardIndex {
-        crate::places::ShardIndex {
+    pub fn index(&self) -> ShardIndex {
+        ShardIndex {
             count: self.buckets.iter().map(|b| b.len() as u64).sum(),
             firsts: self
                 .buckets
@@ -364,7 +363,7 @@ pub fn run_to_end<S: DrawStore>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draw::value_hex;
+    use crate::draw::hash::value_hex;
 
     fn shard(n: usize) -> MemShard {
         let mut s = MemShard::default();

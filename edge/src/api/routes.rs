@@ -1,16 +1,12 @@
-//! The edge's public API surface, without the runtime: routing and errors.
-//!
-//! Role: turn a method and a path into a [`Route`] and every failure into
-//! the documented body `{"error":{"code","message"}}` with its status.
+//! Routing: a method and a path to a [`Route`], and the small parsing
+//! helpers of requests (ids, bearer tokens, held Idempotency-Key names).
 //!
 //! Invariants kept here:
 //! - routing never panics, whatever the path (ids are checked, bounded and
 //!   restricted to `[A-Za-z0-9_-]`, so they can be put in a URL or a Durable
 //!   Object name as they are);
-//! - every error body has the same shape, and token errors keep the distinct
-//!   code of `token::TokenError::code()`.
-
-use serde_json::json;
+//! - a held key's name depends on (sale, account, key) alone and no two
+//!   triples share one.
 
 /// Longest sale or reservation id accepted.
 pub const MAX_ID_LEN: usize = 64;
@@ -124,98 +120,6 @@ pub fn route(method: &str, path: &str) -> Route {
         ["api", "dev", "isolate", "forget"] => want("POST", Route::DevForget),
         _ => Route::NotFound,
     }
-}
-
-/// An API error: HTTP status, stable code, human message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub status: u16,
-    pub code: String,
-    pub message: String,
-    /// Seconds, for 429/503.
-    pub retry_after: Option<u32>,
-}
-
-impl ApiError {
-    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code: code.to_string(),
-            message: message.into(),
-            retry_after: None,
-        }
-    }
-
-    pub fn retry_after(mut self, secs: u32) -> Self {
-        self.retry_after = Some(secs);
-        self
-    }
-
-    pub fn body(&self) -> String {
-        json!({"error": {"code": self.code, "message": self.message}}).to_string()
-    }
-
-    pub fn not_found() -> Self {
-        Self::new(404, "not_found", "no such route")
-    }
-
-    pub fn method_not_allowed() -> Self {
-        Self::new(
-            405,
-            "method_not_allowed",
-            "method not allowed on this route",
-        )
-    }
-
-    pub fn sale_not_found(sale: &str) -> Self {
-        Self::new(
-            404,
-            "sale_not_found",
-            format!("sale {sale:?} does not exist"),
-        )
-    }
-
-    pub fn token_missing() -> Self {
-        Self::new(
-            401,
-            "token_missing",
-            "an Authorization: Bearer token is required",
-        )
-    }
-
-    pub fn sold_out() -> Self {
-        Self::new(410, "sold_out", "the sale is sold out")
-    }
-
-    pub fn origin_unavailable() -> Self {
-        Self::new(
-            503,
-            "origin_unavailable",
-            "the shop is busy, try again shortly",
-        )
-        .retry_after(2)
-    }
-
-    /// A refused token: 403 for a token of another sale, 401 otherwise.
-    pub fn token(e: token::TokenError) -> Self {
-        let status = if e == token::TokenError::WrongSale {
-            403
-        } else {
-            401
-        };
-        Self::new(status, e.code(), e.to_string())
-    }
-}
-
-/// Whether an origin `410` answer (its JSON body) says the sale is sold out.
-/// Only `sold_out` may set the edge's sold-out flag: the origin also answers
-/// 410 for `sale_ended` and `reservation_released` (a replayed key whose hold
-/// is gone), and neither says anything about the stock; an unreadable body
-/// says nothing either.
-pub fn gone_means_sold_out(body: &[u8]) -> bool {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .is_some_and(|v| v["error"]["code"].as_str() == Some("sold_out"))
 }
 
 /// The name under which the edge remembers that `account` was granted a
@@ -387,33 +291,5 @@ mod tests {
         }
         assert_eq!(held_key_name("s", "acct", None), None);
         assert_eq!(held_key_name("s", "acct", Some("")), None);
-    }
-
-    #[test]
-    fn only_a_sold_out_410_means_sold_out() {
-        let body = |code: &str| json!({"error": {"code": code, "message": "m"}}).to_string();
-        assert!(gone_means_sold_out(body("sold_out").as_bytes()));
-        for code in ["sale_ended", "reservation_released", "SOLD_OUT", ""] {
-            assert!(!gone_means_sold_out(body(code).as_bytes()), "{code}");
-        }
-        for junk in [
-            &b""[..],
-            b"sold_out",
-            b"{\"code\":\"sold_out\"}",
-            b"\xff\xfe",
-            b"null",
-        ] {
-            assert!(!gone_means_sold_out(junk));
-        }
-    }
-
-    #[test]
-    fn error_bodies_have_one_shape() {
-        let e = ApiError::token(token::TokenError::WrongSale);
-        assert_eq!(e.status, 403);
-        let v: serde_json::Value = serde_json::from_str(&e.body()).unwrap();
-        assert_eq!(v["error"]["code"], "token_wrong_sale");
-        assert!(v["error"]["message"].is_string());
-        assert_eq!(ApiError::token(token::TokenError::Expired).status, 401);
     }
 }

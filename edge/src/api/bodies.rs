@@ -1,6 +1,6 @@
 //! The request bodies the edge itself reads, parsed without the runtime
 //! (host-tested): the join (`POST /api/sales/{sale}/queue`, the bot-check
-//! proof, see [`crate::botcheck::parse_body`]) and the dev-mode hooks
+//! proof, see [`crate::botcheck::join::parse_body`]) and the dev-mode hooks
 //! (`POST /api/dev/token`, `POST /api/dev/sales/{sale}/bulk`). Reservation,
 //! purchase and dev-payment bodies are not read here: the edge forwards
 //! them, and the origin checks them (origin/src/bodies.rs).
@@ -16,8 +16,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::api::{self, ApiError};
-use crate::botcheck::{self, Proof};
+use crate::api::error::ApiError;
+use crate::api::routes;
+use crate::botcheck::join::{self, Proof, Refusal};
 
 /// Longest dev-hook body read (they are a few dozen bytes).
 pub const MAX_DEV_BODY_LEN: usize = 1024;
@@ -48,11 +49,11 @@ fn object(body: &[u8], max: usize, shape: &str) -> Result<Map<String, Value>, Ap
 /// A join body: the bot-check proof it carries (empty: none). Refusals are
 /// the bot check's: `400 malformed_json`, `400 bad_nonce`.
 pub fn join(body: &[u8]) -> Result<Proof, ApiError> {
-    botcheck::parse_body(body).map_err(botcheck::Refusal::error)
+    join::parse_body(body).map_err(Refusal::error)
 }
 
 /// `POST /api/dev/token`: `{"name": "<account>"}`, the name trimmed and a
-/// valid id ([`api::valid_id`]), else `422 invalid_name`.
+/// valid id ([`routes::valid_id`]), else `422 invalid_name`.
 pub fn dev_token_name(body: &[u8]) -> Result<String, ApiError> {
     const SHAPE: &str = "{\"name\": \"...\"}";
     let obj = object(body, MAX_DEV_BODY_LEN, SHAPE)?;
@@ -60,7 +61,7 @@ pub fn dev_token_name(body: &[u8]) -> Result<String, ApiError> {
         return Err(invalid(SHAPE));
     };
     let name = name.trim();
-    if !api::valid_id(name) {
+    if !routes::valid_id(name) {
         return Err(ApiError::new(
             422,
             "invalid_name",
@@ -91,7 +92,7 @@ pub fn dev_bulk(body: &[u8]) -> Result<Bulk, ApiError> {
     ) else {
         return Err(invalid(SHAPE));
     };
-    if to < from || to - from > BULK_MAX || !api::valid_id(prefix) {
+    if to < from || to - from > BULK_MAX || !routes::valid_id(prefix) {
         return Err(ApiError::new(
             422,
             "bad_request",
@@ -263,7 +264,7 @@ mod tests {
 
     fn expected_name(v: &Value) -> Result<String, &'static str> {
         match v.as_object().ok_or("invalid_body")?.get("name") {
-            Some(Value::String(s)) if api::valid_id(s.trim()) => Ok(s.trim().to_string()),
+            Some(Value::String(s)) if routes::valid_id(s.trim()) => Ok(s.trim().to_string()),
             Some(Value::String(_)) => Err("invalid_name"),
             _ => Err("invalid_body"),
         }
@@ -283,7 +284,7 @@ mod tests {
             .get("to")
             .and_then(Value::as_u64)
             .ok_or("invalid_body")?;
-        if from <= to && to - from <= BULK_MAX && api::valid_id(prefix) {
+        if from <= to && to - from <= BULK_MAX && routes::valid_id(prefix) {
             Ok(Bulk {
                 prefix: prefix.into(),
                 from,

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::control::Reason;
+use crate::admission::control::Reason;
 
 /// What the coordinator knows about admission, at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

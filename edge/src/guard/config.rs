@@ -2,7 +2,7 @@
 //! may be on, and whether the two key rings are kept apart.
 //!
 //! Role: the decisions behind "the edge refuses to run misconfigured"; the
-//! glue reads the environment and turns a refusal into an answer.
+//! Worker (`worker::entry`) reads the environment and turns a refusal into an answer.
 //!
 //! Invariants kept here:
 //! - dev mode (which mints `user` tokens for any typed name) is allowed only

@@ -39,36 +39,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::shard_draw::BUCKET_SIZE;
-
-/// One shard's published draw index.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub struct ShardIndex {
-    /// Values drawn on this shard.
-    pub count: u64,
-    /// First (smallest) value of each bucket, ascending.
-    pub firsts: Vec<String>,
-}
-
-impl ShardIndex {
-    /// The bucket that holds the values just below or equal to `v`: the last
-    /// one whose first value is ≤ `v` (None: every value is above `v`).
-    pub fn straddling(&self, v: &str) -> Option<u64> {
-        let after = self.firsts.partition_point(|f| f.as_str() <= v);
-        after.checked_sub(1).map(|j| j as u64)
-    }
-
-    /// Values of this shard below `v`, given bucket `j = straddling(v)` and
-    /// its values (ascending). None if the bucket does not fit the index.
-    pub fn count_below(&self, v: &str, j: Option<u64>, bucket: &[String]) -> Option<u64> {
-        let Some(j) = j else { return Some(0) };
-        if bucket.first().map(String::as_str) != self.firsts.get(j as usize).map(String::as_str) {
-            return None;
-        }
-        let within = bucket.partition_point(|x| x.as_str() < v) as u64;
-        Some(j * BUCKET_SIZE as u64 + within)
-    }
-}
+use crate::draw::index::ShardIndex;
 
 /// The global place of `v` given, for every shard, its index and the
 /// bucket `straddling(v)` of that shard (empty slice when None). None when
@@ -190,9 +161,9 @@ impl Watermarks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draw::{draw_order, leaf_hex, value_hex};
-    use crate::shard_draw::{Limits, MemShard, run_to_end};
-    use crate::shards::shard_of;
+    use crate::draw::hash::{draw_order, leaf_hex, value_hex};
+    use crate::draw::steps::{Limits, MemShard, run_to_end};
+    use crate::queue::shards::shard_of;
     use std::collections::HashMap;
 
     /// Draws `accounts` over `n` shards and returns each account's place

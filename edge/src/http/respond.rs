@@ -1,0 +1,49 @@
+//! Answers as the Worker sends them (Wasm only): JSON bodies, the
+//! documented error shape with `Retry-After`, the clock, and small request
+//! helpers.
+//!
+//! Invariant kept here: every answer is JSON with the documented error
+//! shape (`api::error::ApiError::body`), marked `no-store` when it is an
+//! error, so no cache ever keeps a refusal.
+
+use serde_json::Value;
+use worker::{Headers, Response, Result, js_sys};
+
+use crate::api::error::ApiError;
+
+pub(crate) fn now_ms() -> u64 {
+    js_sys::Date::now().max(0.0) as u64
+}
+
+/// A runtime error as the API answers it: a 500 `internal`.
+pub(crate) fn internal(e: worker::Error) -> ApiError {
+    ApiError::new(500, "internal", format!("edge error: {e}"))
+}
+
+pub(crate) fn json_response(status: u16, body: &Value, cache: &str) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json; charset=utf-8")?;
+    headers.set("cache-control", cache)?;
+    Ok(Response::ok(body.to_string())?
+        .with_status(status)
+        .with_headers(headers))
+}
+
+pub(crate) fn error_response(e: &ApiError) -> Result<Response> {
+    let headers = Headers::new();
+    headers.set("content-type", "application/json; charset=utf-8")?;
+    headers.set("cache-control", "no-store")?;
+    if let Some(s) = e.retry_after {
+        headers.set("retry-after", &s.to_string())?;
+    }
+    Ok(Response::ok(e.body())?
+        .with_status(e.status)
+        .with_headers(headers))
+}
+
+/// Query parameter `name` of a URL.
+pub(crate) fn query(url: &worker::Url, name: &str) -> Option<String> {
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}

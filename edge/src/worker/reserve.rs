@@ -1,0 +1,228 @@
+//! Reservations and everything else forwarded to the origin (Wasm only).
+//!
+//! Invariants kept here:
+//! - a reservation reaches the origin only with a valid `admit` token of
+//!   its sale (minted only for admitted people, `worker::waiting`), within
+//!   the account's limit (10 per 10 s, `guard::limit::Limiter`), and only
+//!   while the edge does not know the sale is sold out — except the replay
+//!   of a key this edge passed a `202` for (`http::sold_out`);
+//! - an origin `410 sold_out` flags the sale and tells the queue, so every
+//!   waiting person hears it at once; a `202` tells the person's shard the
+//!   turn is used (a live hold never loses its turn);
+//! - every forwarded request carries a sane `x-request-id` and logs one
+//!   access line; the origin's answer is passed on untouched.
+
+use std::cell::RefCell;
+
+use token::{Expect, TokenError, TokenType};
+use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response, console_log, js_sys};
+
+use crate::api::error::{ApiError, ApiResult};
+use crate::api::routes;
+use crate::api::trace;
+use crate::guard::limit::Limiter;
+use crate::http::keys::{bearer_of, ring};
+use crate::http::origin::{origin_url, send_with_timeout};
+use crate::http::respond::{error_response, internal, now_ms};
+use crate::http::sold_out::{held_key_known, remember_held_key, set_sold_out, sold_out_known};
+use crate::worker::calls::{tell_held, tell_sold_out};
+
+const ORIGIN_TIMEOUT_MS: u32 = 5_000;
+
+thread_local! {
+    /// Reservations one account may send to the origin: 10 per 10 s.
+    static RESERVE_LIMIT: RefCell<Limiter> = RefCell::new(Limiter::new(10, 10_000, 100_000));
+}
+
+/// Forwards to the origin with a request id (see [`trace::request_id`]),
+/// echoes it to the caller and logs one access line (`wrangler dev` and
+/// Workers logs show it).
+pub(crate) async fn forward(
+    env: &Env,
+    mut req: Request,
+    method: Method,
+    path: &str,
+) -> ApiResult<Response> {
+    let started = now_ms();
+    let header = |name: &str| req.headers().get(name).ok().flatten();
+    let rid = trace::request_id(
+        header("x-request-id").as_deref(),
+        header("cf-ray").as_deref(),
+        token::random_jti,
+    );
+    let log = |status: u16| {
+        console_log!(
+            "{}",
+            trace::access_line(
+                method.as_ref(),
+                path,
+                status,
+                now_ms().saturating_sub(started),
+                &rid
+            )
+        );
+    };
+    let headers = Headers::new();
+    for name in ["authorization", "idempotency-key", "content-type", "accept"] {
+        if let Ok(Some(v)) = req.headers().get(name) {
+            headers.set(name, &v).map_err(internal)?;
+        }
+    }
+    headers.set("x-request-id", &rid).map_err(internal)?;
+    let mut init = RequestInit::new();
+    init.with_method(method.clone()).with_headers(headers);
+    if method == Method::Post {
+        let body = req.bytes().await.unwrap_or_default();
+        if body.len() > 16 * 1024 {
+            return Err(ApiError::new(
+                413,
+                "body_too_large",
+                "request body too large",
+            ));
+        }
+        let arr = js_sys::Uint8Array::from(body.as_slice());
+        init.with_body(Some(arr.into()));
+    }
+    let url = format!("{}{}", origin_url(env), path);
+    let out = Request::new_with_init(&url, &init).map_err(internal)?;
+    let Ok(mut resp) = send_with_timeout(Fetch::Request(out), ORIGIN_TIMEOUT_MS).await else {
+        let e = ApiError::origin_unavailable();
+        log(e.status);
+        return Err(e);
+    };
+    let status = resp.status_code();
+    log(status);
+    let body = resp.bytes().await.unwrap_or_default();
+    let h = Headers::new();
+    for name in [
+        "content-type",
+        "location",
+        "retry-after",
+        "idempotent-replayed",
+    ] {
+        if let Ok(Some(v)) = resp.headers().get(name) {
+            h.set(name, &v).map_err(internal)?;
+        }
+    }
+    h.set("cache-control", "no-store").map_err(internal)?;
+    h.set("x-request-id", &rid).map_err(internal)?;
+    Ok(Response::from_bytes(body)
+        .map_err(internal)?
+        .with_status(status)
+        .with_headers(h))
+}
+
+/// `POST /api/sales/{sale}/reservations`: checked here, then forwarded.
+pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
+    let token = bearer_of(&req)?;
+    let admits = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let claims = admits
+        .verify(
+            &token,
+            Expect {
+                typ: TokenType::Admit,
+                sale: Some(sale),
+            },
+            now_ms() / 1000,
+        )
+        .map_err(ApiError::token)?;
+    let idem = req.headers().get("idempotency-key").ok().flatten();
+    let held = routes::held_key_name(sale, &claims.sub, idem.as_deref());
+    if sold_out_known(env, sale).await {
+        let replay = match &held {
+            Some(name) => held_key_known(name).await,
+            None => false,
+        };
+        if !replay {
+            let mut r = error_response(&ApiError::sold_out()).map_err(internal)?;
+            let _ = r.headers_mut().set("x-edge-sold-out", "1");
+            return Ok(r);
+        }
+    }
+    let key = format!("{sale}/{}", claims.sub);
+    if let Err(wait_ms) = RESERVE_LIMIT.with(|l| l.borrow_mut().check(&key, now_ms())) {
+        let secs = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(u32::MAX);
+        return Err(ApiError::new(
+            429,
+            "too_many_requests",
+            "too many reservation attempts from this account; retry later",
+        )
+        .retry_after(secs));
+    }
+    let mut resp = forward(
+        env,
+        req,
+        Method::Post,
+        &format!("/api/sales/{sale}/reservations"),
+    )
+    .await?;
+    if resp.status_code() == 202 {
+        // A person with a live hold never loses the turn (issue 13 #4).
+        tell_held(env, sale, &claims.sub).await;
+        if let Some(name) = &held {
+            remember_held_key(name).await;
+        }
+    }
+    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
+        set_sold_out(sale).await;
+        // Tell the queue so every waiting person hears it at once.
+        tell_sold_out(env, sale).await;
+    }
+    Ok(resp)
+}
+
+/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
+/// which is passed on untouched). See [`crate::api::error::gone_means_sold_out`].
+async fn gone_says_sold_out(resp: &mut Response) -> bool {
+    match resp.cloned() {
+        Ok(mut copy) => copy
+            .bytes()
+            .await
+            .is_ok_and(|b| crate::api::error::gone_means_sold_out(&b)),
+        Err(_) => false,
+    }
+}
+
+/// Reservation calls accept an `admit` or a `user` token; the origin checks
+/// the reservation belongs to that account.
+pub(crate) async fn forward_reservation(
+    env: &Env,
+    req: Request,
+    method: Method,
+    path: &str,
+) -> ApiResult<Response> {
+    let token = bearer_of(&req)?;
+    let now = now_ms() / 1000;
+    if !token::is_v1(&token) {
+        // A JWT can only be a shop's user token.
+        ring(env, "USER_TOKEN_KEYS")?
+            .verify_user(&token, now)
+            .map_err(ApiError::token)?;
+        return forward(env, req, method, path).await;
+    }
+    let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
+        &token,
+        Expect {
+            typ: TokenType::Admit,
+            sale: None,
+        },
+        now,
+    );
+    if let Err(admit_err) = admit {
+        let user = ring(env, "USER_TOKEN_KEYS")?.verify_user(&token, now);
+        if let Err(user_err) = user {
+            // Report the more telling of the two refusals.
+            let e = match admit_err {
+                TokenError::UnknownKid | TokenError::WrongType => user_err,
+                other => other,
+            };
+            let e = if e == TokenError::UnknownKid && admit_err == TokenError::WrongType {
+                admit_err
+            } else {
+                e
+            };
+            return Err(ApiError::token(e));
+        }
+    }
+    forward(env, req, method, path).await
+}
