@@ -1905,3 +1905,166 @@ async fn the_comparison_leaves_a_shard_that_moves_mid_scan() {
     );
     app.stop().await;
 }
+
+/// Waits (bounded) until a backend of the test's database is blocked on a
+/// lock while running a statement that starts with `query_start`.
+async fn wait_blocked(app: &TestApp, query_start: &str) {
+    for _ in 0..400 {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'
+               AND ltrim(query) LIKE $1 || '%'",
+        )
+        .bind(query_start)
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+        if n > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("no statement `{query_start}…` blocked on a lock within 10 s");
+}
+
+/// Issue 43 #1: two settlers on one shard. Worker A has inserted hold H but
+/// not committed (stalled on the inventory row); worker B's batch carries
+/// H's release: its UPDATE and lookup cannot see H, its insert of H as
+/// released waits for A and then does nothing. H must still end cancelled
+/// with its unit back, not `settled` with the unit counted as held while
+/// Redis sells it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_settled_while_another_settler_inserts_its_hold_still_releases_it() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: NO_WORKERS,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("twoset", 2, 2, 1)).await;
+    let sale = app.state.sales.get("twoset").await.unwrap().unwrap();
+    let token = app.admit("hana", "twoset");
+    let (s, b, _) = app
+        .reserve("twoset", Some(&token), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+
+    // Another transaction holds the inventory row: A inserts H, then waits
+    // on the row for its conditional update, its insert uncommitted.
+    let mut blocker = app.state.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM inventory WHERE sale_id = $1 FOR UPDATE")
+        .bind("twoset")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let a = app.state.settler();
+    let a_sale = sale.clone();
+    let worker_a = tokio::spawn(async move { a.settle_shard(&a_sale, 0).await });
+    wait_blocked(&app, "UPDATE inventory SET held = held +").await;
+
+    // H is cancelled; B reads only the release (H is pending on A).
+    assert_eq!(app.cancel(&id, &token).await, 200);
+    let b_settler = app.state.settler();
+    let b_sale = sale.clone();
+    let worker_b = tokio::spawn(async move { b_settler.settle_shard(&b_sale, 0).await });
+    wait_blocked(&app, "INSERT INTO reservations").await;
+
+    blocker.commit().await.unwrap();
+    let a_out = worker_a.await.unwrap().unwrap();
+    let b_out = worker_b.await.unwrap().unwrap();
+    assert_eq!(
+        (a_out.entries, b_out.entries),
+        (1, 1),
+        "{a_out:?} {b_out:?}"
+    );
+    assert_eq!(
+        origin::settle::settler::lag(&app.state.engine, &sale)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(status_of(&app, &id).await, "cancelled", "H ends released");
+    assert_eq!(
+        inventory(&app, "twoset").await,
+        (2, 0, 0),
+        "H's unit is not counted as held"
+    );
+    let report = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+        .await
+        .unwrap();
+    assert_eq!((report.lag, report.drift), (0, 0), "{report:?}");
+    app.stop().await;
+}
+
+/// Issue 43 #2: one entry Postgres refuses for good (an account id holding
+/// U+0000, from before the door refused such ids) used to be retried
+/// forever, and the settler's loop stopped at that sale: no sale after it
+/// settled a hold again. It is parked in the dead-letter stream and its
+/// unit given back in Redis; the entries around it, and every other sale,
+/// settle on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_postgres_refuses_for_good_is_parked_and_nothing_else_waits() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers {
+            settle: true,
+            ..NO_WORKERS
+        },
+        ..Default::default()
+    })
+    .await;
+    // Created first, so the settler's loop reaches it before the other.
+    app.create_sale(sale_spec("poisoned", 10, 2, 1)).await;
+    app.create_sale(sale_spec("after", 10, 2, 1)).await;
+    let sale = app.state.sales.get("poisoned").await.unwrap().unwrap();
+    let engine = &app.state.engine;
+    let held = |o: origin::reserve::engine::Outcome| match o {
+        origin::reserve::engine::Outcome::Held(h) => h.reservation_id,
+        other => panic!("not held: {other:?}"),
+    };
+    let before = held(engine.reserve(&sale, "anna", 1, "k").await.unwrap());
+    let poison = held(engine.reserve(&sale, "a\u{0}b", 1, "k").await.unwrap());
+    let after = held(engine.reserve(&sale, "bert", 1, "k").await.unwrap());
+    let t = app.admit("carl", "after");
+    let (s, b, _) = app
+        .reserve("after", Some(&t), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let other = b["reservation_id"].as_str().unwrap().to_string();
+
+    wait_settled(&app, "after").await;
+    assert_eq!(
+        status_of(&app, &other).await,
+        "settled",
+        "the next sale settles"
+    );
+    wait_settled(&app, "poisoned").await;
+    assert_eq!(status_of(&app, &before).await, "settled");
+    assert_eq!(status_of(&app, &after).await, "settled");
+    assert_eq!(
+        status_of(&app, &poison).await,
+        "absent",
+        "Postgres cannot hold it"
+    );
+    let mut conn = app.redis().await;
+    let parked: redis::streams::StreamRangeReply =
+        conn.xrange_all(&sale.shards[0].dead_letter).await.unwrap();
+    let parked: Vec<String> = parked
+        .ids
+        .iter()
+        .filter_map(|e| e.get::<String>("id"))
+        .collect();
+    assert!(
+        parked.contains(&poison),
+        "the refused entry is parked: {parked:?}"
+    );
+    let holds = app.redis_hold_ids("poisoned").await;
+    assert_eq!(
+        holds,
+        HashSet::from([before.clone(), after.clone()]),
+        "the refused hold's unit is back in Redis"
+    );
+    let stock: i64 = conn.get(&sale.shards[0].stock).await.unwrap();
+    assert_eq!(stock, 8);
+    assert_eq!(inventory(&app, "poisoned").await, (10, 2, 0));
+    app.stop().await;
+}

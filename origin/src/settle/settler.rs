@@ -918,6 +918,14 @@ fn released_status(reason: &str) -> &'static str {
 /// comes later in this batch) writes the row as released from what the
 /// release record carries, so the hold, when it arrives, finds its row and
 /// takes nothing (`ON CONFLICT DO NOTHING`): no phantom live row.
+///
+/// Two settlers (issue 43 #1): the hold may be in another settler's
+/// transaction, inserted but not committed, when this one looks. The lookup
+/// cannot see it, and the insert of the released row waits for that
+/// transaction and then conflicts. A row that conflicted exists now (each
+/// statement of a READ COMMITTED transaction sees what committed before it
+/// began), so its release is applied to it again: the hold ends released
+/// and its unit leaves `held`, whichever settler commits first.
 async fn apply_releases(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     sale_id: &str,
@@ -937,26 +945,7 @@ async fn apply_releases(
     }
     let mut count = 0;
     for (reason, ids) in &by_reason {
-        let released: Vec<i32> = sqlx::query_scalar(
-            "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
-             WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
-             RETURNING qty",
-        )
-        .bind(ids)
-        .bind(released_status(reason))
-        .bind(reason)
-        .bind(sale_id)
-        .fetch_all(&mut **tx)
-        .await?;
-        count += released.len();
-        let n: i32 = released.iter().sum();
-        if n > 0 {
-            sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
-                .bind(sale_id)
-                .bind(n)
-                .execute(&mut **tx)
-                .await?;
-        }
+        count += release_rows(tx, sale_id, ids, reason).await?;
     }
     let all: Vec<String> = by_reason.values().flatten().cloned().collect();
     let known: std::collections::HashSet<String> =
@@ -984,22 +973,71 @@ async fn apply_releases(
         reasons.push(reason.clone());
     }
     if !cols.ids.is_empty() {
-        cols.bind(sqlx::query(
-            "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at,
-                                       released_at, release_reason, idem, requested_qty)
-             SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq
-             FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[],
-                         $9::text[], $10::int[], $11::text[], $12::text[])
-                  AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, status, reason)
-             ON CONFLICT (id) DO NOTHING",
-        ).bind(sale_id))
-        .bind(&statuses)
-        .bind(&reasons)
-        .execute(&mut **tx)
-        .await?;
-        count += cols.ids.len();
+        let inserted: std::collections::HashSet<String> = cols
+            .bind(sqlx::query(
+                "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at,
+                                           released_at, release_reason, idem, requested_qty)
+                 SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq
+                 FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[],
+                             $9::text[], $10::int[], $11::text[], $12::text[])
+                      AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, status, reason)
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING id",
+            ).bind(sale_id))
+            .bind(&statuses)
+            .bind(&reasons)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect();
+        count += inserted.len();
+        // Rows another settler committed since the lookup: release them now.
+        let mut raced: HashMap<&str, Vec<String>> = HashMap::new();
+        for (id, reason) in cols.ids.iter().zip(&reasons) {
+            if !inserted.contains(id) {
+                raced.entry(reason.as_str()).or_default().push(id.clone());
+            }
+        }
+        for (reason, ids) in &raced {
+            let n = release_rows(tx, sale_id, ids, reason).await?;
+            if n > 0 {
+                metrics::counter!("flashsale_settlement_release_races_total").increment(n as u64);
+            }
+            count += n;
+        }
     }
     Ok(count)
+}
+
+/// The live rows among `ids` leave their live status for `reason`'s, and
+/// their units leave `held`; returns how many rows it released.
+async fn release_rows(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    sale_id: &str,
+    ids: &[String],
+    reason: &str,
+) -> Result<usize, sqlx::Error> {
+    let released: Vec<i32> = sqlx::query_scalar(
+        "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
+         WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
+         RETURNING qty",
+    )
+    .bind(ids)
+    .bind(released_status(reason))
+    .bind(reason)
+    .bind(sale_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let n: i32 = released.iter().sum();
+    if n > 0 {
+        sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+            .bind(sale_id)
+            .bind(n)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(released.len())
 }
 
 /// Every reservation row names a sale Postgres has: the batch locks the
