@@ -738,3 +738,106 @@ fn the_draw_auditor_passes_an_honest_draw_and_names_each_tampering() {
         "draw.entrants_root is not 64 lowercase hex digits",
     );
 }
+
+/// Issue 43 #6: every number an operator gives is checked against the
+/// arithmetic it meets, at its bounds: the largest value is accepted, one
+/// more is refused with a message naming the flag, and nothing is written.
+/// Before: `--hold-seconds 1100000000` passed, and `hold_seconds * 2`
+/// overflowed int4 in the query that lists active sales, which then failed
+/// for every sale (settler, sweeper and reconciler saw none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_numbers_are_checked_at_their_bounds_and_nothing_is_written() {
+    let (app, redis) = idle_app().await;
+    let env = db_env(&app, &redis);
+    let sales = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sales")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap()
+    };
+    let big_units = "1000000000";
+    // (flags at the largest accepted value, flags one beyond, the flag named)
+    let cases: [(Vec<&str>, Vec<&str>, &str); 6] = [
+        (
+            vec!["--hold-seconds", "86400"],
+            vec!["--hold-seconds", "86401"],
+            "--hold-seconds",
+        ),
+        (
+            vec!["--units", big_units],
+            vec!["--units", "1000000001"],
+            "--units",
+        ),
+        (
+            vec!["--per-user-limit", "1000000", "--units", big_units],
+            vec!["--per-user-limit", "1000001", "--units", big_units],
+            "--per-user-limit",
+        ),
+        (
+            vec!["--price-cents", "1000000000"],
+            vec!["--price-cents", "1000000001"],
+            "--price-cents",
+        ),
+        (
+            vec!["--admission-rate", "1000000"],
+            vec!["--admission-rate", "1000000.5"],
+            "--admission-rate",
+        ),
+        (
+            vec!["--admission-factor", "100"],
+            vec!["--admission-factor", "100.5"],
+            "--admission-factor",
+        ),
+    ];
+    for (i, (ok, beyond, flag)) in cases.iter().enumerate() {
+        let before = sales().await;
+        let out = create_sale(&env, &format!("over-{i}"), beyond);
+        assert_eq!(out.status.code(), Some(1), "{beyond:?}: {}", text(&out));
+        assert!(
+            text(&out).contains(flag),
+            "{beyond:?} names {flag}: {}",
+            text(&out)
+        );
+        assert_eq!(sales().await, before, "{beyond:?}: nothing written");
+        let out = create_sale(&env, &format!("max-{i}"), ok);
+        assert!(out.status.success(), "{ok:?} is accepted: {}", text(&out));
+    }
+    // The reproduction: refused now, as the hold time beyond the bound.
+    let out = create_sale(
+        &env,
+        "forever",
+        &[
+            "--ends-at",
+            "2030-01-01T00:00:00Z",
+            "--hold-seconds",
+            "1100000000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("--hold-seconds"), "{}", text(&out));
+    // Every sale at its bounds is listed as active: nothing overflows.
+    let active = app.state.sales.active().await.expect("active sales list");
+    assert_eq!(active.len(), cases.len(), "the sales created at the bounds");
+}
+
+/// A sale row written before the bounds existed (a hold time of 1.1e9 s
+/// and an end) must not stop the workers from seeing every other sale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_row_beyond_the_bounds_does_not_hide_the_other_sales() {
+    let (app, _) = idle_app().await;
+    app.create_sale(tests::sale_spec("old-huge", 10, 1, 1))
+        .await;
+    app.create_sale(tests::sale_spec("neighbour", 10, 1, 1))
+        .await;
+    sqlx::query(
+        "UPDATE sales SET hold_seconds = 1100000000, ends_at = '2030-01-01T00:00:00Z'
+         WHERE id = 'old-huge'",
+    )
+    .execute(&app.state.pool)
+    .await
+    .unwrap();
+    let active = app.state.sales.active().await.expect("active sales list");
+    let mut ids: Vec<&str> = active.iter().map(|s| s.config.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["neighbour", "old-huge"]);
+}

@@ -65,3 +65,94 @@ async fn summaries_and_first_loads_are_single_flight_and_unknown_ids_bounded() {
     assert!(kept <= 100, "{kept} unknown ids kept, bound 100");
     app.stop().await;
 }
+
+/// Issue 43 #8: requests for sale ids nobody sells must not take Postgres
+/// from the requests that need it. A request that carries a token is
+/// checked first (no config load for a missing or wrong token), and first
+/// loads of unknown ids are bounded: while Postgres is slow to answer them,
+/// a payment webhook still gets a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sale_ids_cost_no_load_before_auth_and_never_starve_webhooks() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("guarded", 5, 1, 1)).await;
+    let t = app.admit("pia", "guarded");
+    let (s, b, _) = app
+        .reserve("guarded", Some(&t), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+    let (s, p) = app.purchase(&id, &t).await;
+    assert_eq!(s, 201, "{p}");
+    let pay = p["payment_id"].as_str().unwrap().to_string();
+
+    // Token first: junk ids with no token, or another sale's token, load nothing.
+    let loads = || async { counter(&app.metrics().await, "flashsale_sale_config_loads_total") };
+    let before = loads().await;
+    for i in 0..40 {
+        let sale = format!("nosale-{i}");
+        let token = (i % 2 == 1).then_some(t.as_str());
+        let (s, _, _) = app.reserve(&sale, token, Some("k"), r#"{"qty":1}"#).await;
+        assert!(s == 401 || s == 403, "{sale}: {s}");
+        let (s, _) = app
+            .get(
+                &format!("/api/reservations/nosale-{i}.0.{}", "ab".repeat(16)),
+                token,
+            )
+            .await;
+        assert!(
+            s == 401 || s == 403 || s == 404,
+            "reservation of {sale}: {s}"
+        );
+    }
+    assert_eq!(
+        loads().await - before,
+        0.0,
+        "no config load before the token check"
+    );
+
+    // Postgres stalls on the sales table; anonymous summaries of junk ids pile up.
+    let mut lock = app.state.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE sales IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let flood = {
+        let (client, addr) = (app.client.clone(), app.addr.clone());
+        tokio::spawn(async move {
+            futures::future::join_all((0..200).map(|i| {
+                let (client, addr) = (client.clone(), addr.clone());
+                async move {
+                    let r = client
+                        .get(format!("{addr}/api/sales/junk-{i}"))
+                        .send()
+                        .await
+                        .expect("request sent");
+                    r.status().as_u16()
+                }
+            }))
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let body = serde_json::json!({"id": "evt_f", "type": "payment.failed",
+                                  "data": {"payment_id": pay, "amount_cents": 4_999}})
+    .to_string();
+    let sig = origin::payments::webhook::sign_webhook(
+        tests::WEBHOOK_SECRET,
+        tests::now_secs(),
+        body.as_bytes(),
+    );
+    let (s, r) = app.webhook(&body, Some(sig)).await;
+    lock.rollback().await.unwrap();
+    assert_eq!(
+        (s, r["result"].as_str()),
+        (200, Some("failed")),
+        "the webhook gets a connection while junk ids wait: {r}"
+    );
+    let statuses = flood.await.unwrap();
+    assert!(
+        statuses.iter().all(|s| *s == 404 || *s == 503),
+        "junk ids answer 404, or 503 while loads are bounded: {statuses:?}"
+    );
+    app.stop().await;
+}

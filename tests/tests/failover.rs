@@ -607,3 +607,65 @@ async fn with_wait_the_settler_commits_a_hold_only_once_a_replica_has_it() {
     assert_eq!(count().await, 1);
     app.stop().await;
 }
+
+/// Issue 43 #3: with `REDIS_ACK=wait`, a replay of a key whose hold has
+/// been released since (cancelled here; expired or rejected alike) was
+/// checked as "the hold exists", which it never will again: 503
+/// `not_replicated` forever, and the client retried for a day. The replay's
+/// answer comes from the key's record, so that record is what a replica
+/// must show: the replay gets its first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_a_replay_after_the_hold_is_released_gets_its_first_answer() {
+    let (primary, app) = waiting_origin().await;
+    let _replica = RedisServer::start_on_free_cluster_port(&[
+        "--replicaof",
+        "127.0.0.1",
+        &primary.port.to_string(),
+    ]);
+    app.create_sale(sale_spec("gonekey", 10, 2, 2)).await;
+    let token = app.admit("gina", "gonekey");
+    // Until a replica acknowledges (it may still be syncing), 503 not_replicated.
+    let until_acknowledged = |key: &'static str| {
+        let (app, token) = (&app, token.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let (status, body, headers) = app
+                    .reserve("gonekey", Some(&token), Some(key), r#"{"qty":1}"#)
+                    .await;
+                if status == 202 {
+                    return (body, headers);
+                }
+                assert_eq!(
+                    (status, &body["error"]["code"]),
+                    (503, &Value::from("not_replicated")),
+                    "{body}"
+                );
+                assert!(
+                    Instant::now() < deadline,
+                    "{key} never acknowledged: {body}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let (first, _) = until_acknowledged("k1").await;
+    let id = first["reservation_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let code = app.cancel(&id, &token).await;
+        if code == 200 {
+            break;
+        }
+        assert_eq!(code, 503);
+        assert!(
+            Instant::now() < deadline,
+            "the cancel was never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (again, headers) = until_acknowledged("k1").await;
+    assert_eq!(again["reservation_id"], first["reservation_id"], "{again}");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    app.stop().await;
+}

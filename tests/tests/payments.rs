@@ -1218,3 +1218,71 @@ async fn a_payment_over_the_per_user_limit_is_refunded_when_redis_forgot_the_ear
     assert_eq!((hold["s"].as_str(), expires), (Some("held"), true));
     app.stop().await;
 }
+
+/// Issue 43 #5: the provider reports a payment failed, then captures it
+/// after all (`payment.succeeded` on the same payment). The money is taken:
+/// it must be flagged for refund with its outbox event, never ignored
+/// (the buyer, who paid again with a second payment, would pay twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_after_the_payment_failed_ends_refund_required_with_its_event() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("recapture", 3, 1, 1)).await;
+    let (id, t) = reserve_one(&app, "recapture", "rita").await;
+    let (s, p) = purchase(&app, &id, &t).await;
+    assert_eq!(s, 201, "{p}");
+    let first = p["payment_id"].as_str().unwrap().to_string();
+    let failed = event("evt_fail", "payment.failed", &first, 4_999);
+    let (s, r) = webhook(&app, &failed, signed(&failed)).await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("failed")), "{r}");
+    // The buyer pays again, and that payment succeeds.
+    let (s, p) = purchase(&app, &id, &t).await;
+    assert_eq!(s, 201, "payable again after a failure: {p}");
+    let second = p["payment_id"].as_str().unwrap().to_string();
+    let paid = event("evt_paid", "payment.succeeded", &second, 4_999);
+    let (s, r) = webhook(&app, &paid, signed(&paid)).await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
+    // Then the first, failed payment is captured after all.
+    let late = event("evt_late_capture", "payment.succeeded", &first, 4_999);
+    let (s, r) = webhook(&app, &late, signed(&late)).await;
+    assert_eq!(
+        (s, r["result"].as_str()),
+        (200, Some("refund_required")),
+        "a capture on a failed payment is money taken: {r}"
+    );
+    let (status, refund): (String, bool) =
+        sqlx::query_as("SELECT status, refund_required FROM payments WHERE id = $1")
+            .bind(&first)
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), refund), ("succeeded", true));
+    let events: Vec<(String, Value)> =
+        sqlx::query_as("SELECT type, payload FROM outbox WHERE type = 'payment.refund_required'")
+            .fetch_all(&app.state.pool)
+            .await
+            .unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1["payment_id"], first.as_str());
+    assert_eq!(events[0].1["reservation_id"], id.as_str());
+    // Sold once, by the second payment; the redelivered capture changes nothing.
+    assert_eq!(status_of(&app, &id).await, "paid");
+    assert_eq!(
+        scalar_i64(
+            &app,
+            "SELECT sold::bigint FROM inventory WHERE sale_id = 'recapture'"
+        )
+        .await,
+        1
+    );
+    let (s, r) = webhook(&app, &late, signed(&late)).await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("duplicate")), "{r}");
+    assert_eq!(
+        scalar_i64(
+            &app,
+            "SELECT count(*) FROM outbox WHERE type = 'payment.refund_required'"
+        )
+        .await,
+        1
+    );
+    app.stop().await;
+}

@@ -843,3 +843,148 @@ async fn a_replay_after_sell_out_gets_its_first_answer() {
     assert_eq!(status, 410);
     app.stop().await;
 }
+
+/// Issue 43 #2, at the door: an account id Postgres can never record (it
+/// holds U+0000) or that has no place in an id (other control characters,
+/// over 256 bytes) is refused with its own code, and nothing is held.
+/// Before: the admit token of `a\0b` got 202, and the hold was retried by
+/// settlement forever, stalling every sale after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_id_with_a_control_character_is_refused_at_the_door() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("door", 10, 2, 1)).await;
+    let long = "a".repeat(257);
+    for sub in ["a\u{0}b", "line\nbreak", "esc\u{1b}[0m", long.as_str()] {
+        let token = app.admit(sub, "door");
+        let (s, b, _) = app
+            .reserve("door", Some(&token), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (401, Some("token_bad_subject")),
+            "{sub:?}: {b}"
+        );
+        let user = app.user(sub);
+        let (s, b) = app
+            .get(
+                &format!("/api/reservations/door.0.{}", "ab".repeat(16)),
+                Some(&user),
+            )
+            .await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (401, Some("token_bad_subject")),
+            "{b}"
+        );
+    }
+    assert!(app.redis_hold_ids("door").await.is_empty(), "nothing held");
+    app.stop().await;
+}
+
+/// Sells out `sale` (one unit per shard, one account each) and returns
+/// once a request for it has been answered 410 (the sold-out flag is set).
+async fn sell_out(app: &TestApp, sale: &str, shards: usize) {
+    for i in 0..shards {
+        let t = app.admit(&format!("buyer-{i}"), sale);
+        let (s, b, _) = app.reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#).await;
+        assert_eq!(s, 202, "{b}");
+    }
+    let t = app.admit("late", sale);
+    let (s, _, _) = app
+        .reserve(sale, Some(&t), Some("k0"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 410);
+}
+
+/// Calls of one command since the server started (`INFO commandstats`).
+async fn command_calls(conn: &mut origin::reserve::store::RedisConn, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 43 #7: once the sold-out flag is stale (older than 1 s), one
+/// request per sale asks Redis whether units came back, not every request
+/// of that moment (each asked every shard: 2N calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_sold_out_flag_is_checked_once_not_by_every_request() {
+    let server = RedisServer::start(&[]);
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Single(server.url()),
+        workers: Workers::NONE,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("stale", 8, 1, 8)).await;
+    sell_out(&app, "stale", 8).await;
+    let tokens: Vec<String> = (0..100)
+        .map(|i| app.admit(&format!("crowd-{i}"), "stale"))
+        .collect();
+    // Connections warm, then the flag goes stale.
+    futures::future::join_all((0..100).map(|_| app.get("/healthz", None))).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let mut conn = app.redis().await;
+    let before = command_calls(&mut conn, "zcount").await;
+    let answers = {
+        let app = &app;
+        futures::future::join_all(tokens.iter().enumerate().map(|(i, t)| {
+            let key = format!("k{i}");
+            async move {
+                app.reserve("stale", Some(t), Some(&key), r#"{"qty":1}"#)
+                    .await
+                    .0
+            }
+        }))
+        .await
+    };
+    assert!(answers.iter().all(|s| *s == 410), "{answers:?}");
+    let checks = command_calls(&mut conn, "zcount").await - before;
+    assert!(
+        checks <= 16,
+        "100 requests in the stale moment asked {checks} shard questions (8 per check; one check per second at most)"
+    );
+    app.stop().await;
+}
+
+/// Issue 43 #7: a shard that lost its keys is not "empty". While the flag
+/// is stale, the check that finds a lost shard answers 503 (selling is
+/// unknown until the rebuild), never 410 `sold_out`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_shard_is_never_read_as_sold_out() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(sale_spec("lostsold", 2, 1, 2)).await;
+    sell_out(&app, "lostsold", 2).await;
+    let sale = app.state.sales.get("lostsold").await.unwrap().unwrap();
+    let names = app
+        .keys_matching(&format!(
+            "{}*",
+            sale.shards[1].stock.trim_end_matches("stock")
+        ))
+        .await;
+    assert!(!names.is_empty());
+    let mut conn = app.redis().await;
+    let _: () = conn.del(names).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let t = app.admit("after-loss", "lostsold");
+    let (s, b, h) = app
+        .reserve("lostsold", Some(&t), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (503, Some("sale_unavailable")),
+        "a lost shard is unknown, not sold out: {b}"
+    );
+    assert!(h.contains_key("retry-after"));
+    app.stop().await;
+}

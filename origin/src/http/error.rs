@@ -54,6 +54,7 @@ pub const ERROR_CODES: &[&str] = &[
     "sold_out",
     "summary_unavailable",
     "token_alg_refused",
+    "token_bad_subject",
     "token_bad_signature",
     "token_expired",
     "token_malformed",

@@ -511,6 +511,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     token::Claims::new(token::TokenType::Admit, sub, Some(sale), now, ttl),
                 ),
             };
+            // A token every verifier would refuse (`token_bad_subject`) is
+            // refused here, where the operator can see why.
+            anyhow::ensure!(
+                token::valid_subject(&claims.sub),
+                "--sub must be 1-{} bytes with no control character",
+                token::MAX_SUBJECT_BYTES
+            );
             println!("{}", ring.sign(&claims));
             Ok(())
         }

@@ -119,6 +119,11 @@ pub enum SettleError {
     /// was written, the entries stay pending for an operator.
     #[error("sale {0} is not in Postgres; its entries stay pending")]
     UnknownSale(String),
+    /// Postgres refuses a value of the batch for good (SQLSTATE class 22):
+    /// nothing was written; [`Settler::process_or_park`] finds the entry
+    /// and parks it.
+    #[error("refused for good: {0}")]
+    Refused(String),
 }
 
 impl From<redis::RedisError> for SettleError {
@@ -129,7 +134,19 @@ impl From<redis::RedisError> for SettleError {
 
 impl From<sqlx::Error> for SettleError {
     fn from(e: sqlx::Error) -> Self {
-        SettleError::Retryable(format!("postgres: {e}"))
+        // SQLSTATE class 22, "data exception": the values themselves are
+        // refused (U+0000 in text, a number out of range), so no retry can
+        // ever write them. Anything else (a lost connection, a lock
+        // timeout, a constraint the data may meet later) is tried again.
+        let refused = e
+            .as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|code| code.starts_with("22"));
+        if refused {
+            SettleError::Refused(format!("postgres: {e}"))
+        } else {
+            SettleError::Retryable(format!("postgres: {e}"))
+        }
     }
 }
 
@@ -458,7 +475,7 @@ impl Settler {
         if own {
             let entries = self.read_group(keys, "0").await?;
             if !entries.is_empty() {
-                let r = self.process(sale, shard, entries).await;
+                let r = self.process_or_park(sale, shard, entries).await;
                 return self.after(keys, r);
             }
             self.retry_own
@@ -467,7 +484,7 @@ impl Settler {
                 .remove(&keys.stream);
         }
         let r = match self.read_group(keys, ">").await {
-            Ok(entries) => self.process(sale, shard, entries).await,
+            Ok(entries) => self.process_or_park(sale, shard, entries).await,
             Err(e) => Err(e),
         };
         self.after(keys, r)
@@ -547,8 +564,98 @@ impl Settler {
         if !claimed.is_empty() {
             tracing::info!(sale = %sale.config.id, shard, entries = claimed.len(), "claimed entries left pending by another consumer");
         }
-        let r = self.process(sale, shard, claimed).await;
+        let r = self.process_or_park(sale, shard, claimed).await;
         self.after(keys, r)
+    }
+
+    /// [`Settler::process`], and when Postgres refuses the batch for good
+    /// (issue 43 #2: one entry whose account holds U+0000 was retried
+    /// forever, and no later entry of its stream settled): the entries one
+    /// by one, in stream order, so only the refused ones are parked in the
+    /// dead-letter stream and the rest settle.
+    async fn process_or_park(
+        &self,
+        sale: &Sale,
+        shard: usize,
+        entries: Vec<Entry>,
+    ) -> Result<BatchOutcome, SettleError> {
+        let all = if entries.len() > 1 {
+            Some(entries.clone())
+        } else {
+            None
+        };
+        let first = entries.first().cloned();
+        match self.process(sale, shard, entries).await {
+            Err(SettleError::Refused(why)) => match (all, first) {
+                (Some(all), _) => {
+                    let mut out = BatchOutcome {
+                        entries: all.len(),
+                        ..Default::default()
+                    };
+                    for e in all {
+                        let one = match self.process(sale, shard, vec![e.clone()]).await {
+                            Err(SettleError::Refused(why)) => {
+                                self.park_refused(sale, shard, &e, &why).await?
+                            }
+                            other => other?,
+                        };
+                        out.inserted += one.inserted;
+                        out.rejected += one.rejected;
+                        out.released += one.released;
+                        out.dead_lettered += one.dead_lettered;
+                        if one.died {
+                            out.died = true;
+                            return Ok(out);
+                        }
+                    }
+                    Ok(out)
+                }
+                (None, Some(e)) => self.park_refused(sale, shard, &e, &why).await,
+                (None, None) => Err(SettleError::Refused(why)),
+            },
+            other => other,
+        }
+    }
+
+    /// Parks one entry Postgres refuses for good: copied to the shard's
+    /// dead-letter stream with the reason, acknowledged, and, for a hold,
+    /// its units given back in Redis as `rejected` (Postgres, the last
+    /// guard, refused it: the same end as a hold over total).
+    async fn park_refused(
+        &self,
+        sale: &Sale,
+        shard: usize,
+        e: &Entry,
+        why: &str,
+    ) -> Result<BatchOutcome, SettleError> {
+        let keys = &sale.shards[shard];
+        let mut conn = self.engine.conn.clone();
+        let mut fields = e.fields.clone();
+        fields.push((b"original_id".to_vec(), e.id.clone().into_bytes()));
+        fields.push((b"error".to_vec(), why.as_bytes().to_vec()));
+        let _: String = conn.xadd(&keys.dead_letter, "*", &fields).await?;
+        tracing::error!(sale = %sale.config.id, shard, entry = %e.id, error = %why, "settlement entry Postgres refuses for good parked in the dead-letter stream");
+        metrics::counter!("flashsale_settlement_refused_total").increment(1);
+        let mut out = BatchOutcome {
+            entries: 1,
+            dead_lettered: 1,
+            ..Default::default()
+        };
+        if let Some(Record::Hold { id, .. }) = parse(e, &sale.config.id, shard) {
+            self.engine.release(keys, shard, &id, "rejected").await?;
+            out.rejected = 1;
+        }
+        let _: (i64, i64) = self
+            .engine
+            .scripts
+            .settled
+            .key(&keys.stream)
+            .arg(GROUP)
+            .arg(&e.id)
+            .arg(&[e.id.as_str()])
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(out)
     }
 
     /// Writes a batch to Postgres in one transaction, then acknowledges it.
@@ -796,7 +903,7 @@ impl Settler {
             // (`Overtaken`, until they are claimed) holds up only itself:
             // the other sales settle on, and the loop backs off.
             let mut waiting = false;
-            'sales: for sale in &active {
+            for sale in &active {
                 // Keeping up, the shards of a sale settle one after another:
                 // one settlement transaction in Postgres at a time, so where
                 // Postgres shares the cores with the request path it takes
@@ -827,9 +934,10 @@ impl Settler {
                             waiting = true;
                         }
                         Err(e) => {
+                            // This shard waits (backoff); the other shards
+                            // and sales of this round still settle.
                             tracing::warn!(sale = %sale.config.id, shard, error = %e, ?backoff, "settlement batch failed; backing off");
                             failed = true;
-                            break 'sales;
                         }
                     }
                 }
