@@ -4,14 +4,18 @@
 -- writes the point the round's WAIT then waits for.
 --
 -- KEYS: 1 the shard's barrier counter (`<shard>:ack`), 2 the shard's holds
---       hash, 3 the shard's settlement stream (all under the shard's hash
---       tag: one slot)
+--       hash, 3 the shard's settlement stream, 4.. Idempotency-Key records
+--       the 'replay' facts name (all under the shard's hash tag: one slot)
 -- ARGV: pairs (kind, subject), kind one of
 --         'held'  the hold (subject: its id) exists (any status): a 202, fresh or replayed
 --         'gone'  no such hold: a cancel
 --         'paid'  the hold exists and is paid: a payment's confirm
 --         'entry' the settlement entry exists and is about that hold (subject:
 --                 "<entry id> <hold id>"): the settler is about to commit it
+--         'replay' the Idempotency-Key record KEYS[n] exists and names the hold
+--                 (subject: "<n> <hold id>"): a replay's 202, whose answer
+--                 comes from that record, whether or not the hold is still
+--                 there (released since: cancelled, expired, rejected)
 -- Returns: one 1 (shown) or 0 (not shown) per pair, in order.
 --
 -- Writes INCR (and a day's expiry) on KEYS[1]. Redis replicates a script's
@@ -42,6 +46,16 @@ for i = 1, #ARGV, 2 do
             shown = true
           end
         end
+      end
+    end
+  elseif kind == 'replay' then
+    local n, hold = string.match(id, '^(%d+) (%S+)$')
+    shown = false
+    local key = n and KEYS[tonumber(n)]
+    if key and tonumber(n) >= 4 then
+      local rec = redis.call('GET', key)
+      if rec then
+        shown = cjson.decode(rec).id == hold
       end
     end
   else

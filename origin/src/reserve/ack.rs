@@ -70,6 +70,9 @@ pub enum FactKind {
     /// A settlement entry about it is in the shard's stream (the settler is
     /// about to commit it).
     Entry,
+    /// A replay's 202: the Idempotency-Key record that answers it names the
+    /// hold (the hold itself may be released since). See [`Fact::replayed`].
+    Replayed,
 }
 
 impl FactKind {
@@ -79,6 +82,7 @@ impl FactKind {
             FactKind::Gone => "gone",
             FactKind::Paid => "paid",
             FactKind::Entry => "entry",
+            FactKind::Replayed => "replay",
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct Fact {
     /// The hold id; for [`FactKind::Entry`], `"<entry id> <hold id>"`.
     id: String,
     kind: FactKind,
+    /// For [`FactKind::Replayed`]: the Idempotency-Key record's key.
+    record: Option<String>,
 }
 
 impl Fact {
@@ -103,7 +109,19 @@ impl Fact {
             stream: keys.stream.clone(),
             id: hold_id.to_string(),
             kind,
+            record: None,
         }
+    }
+
+    /// A replay of an Idempotency-Key whose record (`record`, a key of the
+    /// account's home shard, whose `keys` these are) names hold `hold_id`:
+    /// the replay repeats what that record says, so that record is what a
+    /// replica must have. Checking the hold instead never passed once the
+    /// hold was released (issue 43 #3: 503 `not_replicated` forever).
+    pub fn replayed(keys: &ShardKeys, record: &str, hold_id: &str) -> Self {
+        let mut f = Fact::new(keys, hold_id, FactKind::Replayed);
+        f.record = Some(record.to_string());
+        f
     }
 
     /// The settlement entry `entry_id` about hold `hold_id` is in the
@@ -261,15 +279,30 @@ async fn one_round(
     }
     let mut pipe = redis::pipe();
     for ((barrier, holds, stream), idx) in &shards {
+        // A replay's record goes in KEYS (4, 5, …) and its fact names it by
+        // position, so the script touches only the keys it declares.
+        let records: Vec<&str> = idx
+            .iter()
+            .filter_map(|&i| facts[i].record.as_deref())
+            .collect();
         let call = pipe
             .cmd("EVALSHA")
             .arg(&sha)
-            .arg(3)
+            .arg(3 + records.len())
             .arg(barrier)
             .arg(holds)
-            .arg(stream);
+            .arg(stream)
+            .arg(&records);
+        let mut n = 3;
         for &i in idx {
-            call.arg(facts[i].kind.arg()).arg(&facts[i].id);
+            let f = facts[i];
+            call.arg(f.kind.arg());
+            if f.record.is_some() {
+                n += 1;
+                call.arg(format!("{n} {}", f.id));
+            } else {
+                call.arg(&f.id);
+            }
         }
     }
     pipe.cmd("WAIT").arg(1).arg(timeout.as_millis() as u64);

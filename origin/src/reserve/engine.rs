@@ -242,6 +242,25 @@ impl Engine {
         }
     }
 
+    /// Before a replay's 202 is sent: with `REDIS_ACK=wait`, waits until a
+    /// replica has the Idempotency-Key record the answer repeats
+    /// ([`Fact::replayed`]); the hold it names may be released since.
+    pub async fn acknowledge_replay(
+        &self,
+        sale: &Sale,
+        account: &str,
+        idempotency_key: &str,
+        hold_id: &str,
+    ) -> Result<(), AckError> {
+        let Some(acker) = &self.acker else {
+            return Ok(());
+        };
+        let call = ReserveCall::new(sale, account, 1, idempotency_key);
+        let home = call.home_keys();
+        let record = home.idem_at(&call.idem);
+        acker.confirm(Fact::replayed(home, &record, hold_id)).await
+    }
+
     /// One reservation attempt; see the module doc for the protocol. The
     /// steps are public so tests can stop between them, as a crash would.
     pub async fn reserve(

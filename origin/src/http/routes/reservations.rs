@@ -192,14 +192,22 @@ async fn create_inner(
     let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
     match app.engine.reserve(&sale, &claims.sub, qty, key).await? {
         Outcome::Held(hold) => {
-            // REDIS_ACK=wait: a 202 (new or replayed) only once a replica
-            // has the hold; else 503 and the retry replays this same hold.
+            // REDIS_ACK=wait: a new hold's 202 only once a replica has the
+            // hold; a replay's once a replica has the key's record, which
+            // is what the replay repeats (its hold may be released since).
+            // Else 503, and the retry replays this same answer.
             let shard = sale.shards.get(hold.shard).ok_or_else(|| {
                 ApiError::Internal(anyhow::anyhow!("hold on unknown shard {}", hold.shard))
             })?;
-            app.engine
-                .acknowledge(shard, &hold.reservation_id, FactKind::Held)
-                .await?;
+            if hold.replay {
+                app.engine
+                    .acknowledge_replay(&sale, &claims.sub, key, &hold.reservation_id)
+                    .await?;
+            } else {
+                app.engine
+                    .acknowledge(shard, &hold.reservation_id, FactKind::Held)
+                    .await?;
+            }
             if flag.is_set() {
                 flag.set(false, Instant::now(), app.sales.epoch);
             }
