@@ -91,7 +91,7 @@ struct PaymentRow {
 pub async fn apply_event(
     pool: &PgPool,
     engine: &Engine,
-    sale_of: impl AsyncFnOnce(&str) -> Option<std::sync::Arc<Sale>>,
+    sale_of: impl AsyncFnOnce(&str) -> Result<Option<std::sync::Arc<Sale>>, sqlx::Error>,
     event: &Event,
 ) -> Result<Applied, ApplyError> {
     let success = match event.kind.as_str() {
@@ -148,7 +148,11 @@ pub async fn apply_event(
         tx.commit().await?;
         Applied::Failed
     } else {
-        let sale = sale_of(&pay.sale_id).await;
+        // A failure to load the sale says nothing about the payment (issue
+        // 43 #4: read as "no such sale", a good payment became
+        // `refund_required` for good): the transaction rolls back, the
+        // event is not marked processed, and the provider delivers again.
+        let sale = sale_of(&pay.sale_id).await?;
         // Confirmed in Redis while the lock is held: only this transaction
         // can now record (or fail to record) the sale.
         let confirmed_on = match &sale {

@@ -294,7 +294,7 @@ pub async fn webhook(
     let applied = apply_event(
         &app.pool,
         &app.engine,
-        async move |id: &str| sales.get(id).await.ok().flatten(),
+        async move |id: &str| sales.get(id).await,
         &event,
     )
     .await
