@@ -135,6 +135,17 @@ pub async fn apply_event(
             .bind(&event.data.payment_id)
             .fetch_one(&mut *tx)
             .await?;
+    if current == "failed" && success {
+        // Captured after it was reported failed (issue 43 #5): the money is
+        // taken, but the failure already gave the reservation back to the
+        // buyer, who may have paid again. It never sells the unit: it is
+        // recorded `succeeded` with `refund_required`, and the outbox says
+        // `payment.refund_required`, as any capture that lost.
+        let done = record_success(tx, &pay, event, false).await?;
+        metrics::counter!("flashsale_payment_events_total", "outcome" => "CaptureAfterFailure")
+            .increment(1);
+        return Ok(done.applied);
+    }
     if current != "pending" {
         tx.commit().await?;
         return Ok(Applied::Ignored);
@@ -272,7 +283,7 @@ async fn write_success(
     let refund = paid.is_none();
     sqlx::query(
         "UPDATE payments SET status = 'succeeded', refund_required = $3, provider_event_id = $2, updated_at = now()
-         WHERE id = $1 AND status = 'pending'",
+         WHERE id = $1 AND status IN ('pending', 'failed')",
     )
     .bind(&event.data.payment_id)
     .bind(&event.id)
