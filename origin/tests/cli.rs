@@ -755,43 +755,61 @@ async fn operator_numbers_are_checked_at_their_bounds_and_nothing_is_written() {
             .await
             .unwrap()
     };
-    let big_units = "1000000000";
+    // `sale create` of a 10-unit sale starting now with `flags` replacing
+    // (or adding to) the defaults.
+    let create = |sale: &str, flags: &[(&str, &str)]| {
+        let mut args: Vec<(&str, String)> = vec![
+            ("--sale", sale.to_string()),
+            ("--name", "bounds".into()),
+            ("--units", "10".into()),
+            ("--per-user-limit", "1".into()),
+            ("--shards", "1".into()),
+            ("--starts-at", "now".into()),
+        ];
+        for (flag, value) in flags {
+            args.retain(|(f, _)| f != flag);
+            args.push((flag, value.to_string()));
+        }
+        let mut argv = vec!["sale", "create"];
+        for (f, v) in &args {
+            argv.push(f);
+            argv.push(v.as_str());
+        }
+        origin(&argv, &env)
+    };
+    let big = ("--units", "1000000000");
     // (flags at the largest accepted value, flags one beyond, the flag named)
-    let cases: [(Vec<&str>, Vec<&str>, &str); 6] = [
+    let cases: [(Vec<(&str, &str)>, Vec<(&str, &str)>, &str); 6] = [
         (
-            vec!["--hold-seconds", "86400"],
-            vec!["--hold-seconds", "86401"],
+            vec![("--hold-seconds", "86400")],
+            vec![("--hold-seconds", "86401")],
             "--hold-seconds",
         ),
+        (vec![big], vec![("--units", "1000000001")], "--units"),
         (
-            vec!["--units", big_units],
-            vec!["--units", "1000000001"],
-            "--units",
-        ),
-        (
-            vec!["--per-user-limit", "1000000", "--units", big_units],
-            vec!["--per-user-limit", "1000001", "--units", big_units],
+            vec![big, ("--per-user-limit", "1000000")],
+            vec![big, ("--per-user-limit", "1000001")],
             "--per-user-limit",
         ),
         (
-            vec!["--price-cents", "1000000000"],
-            vec!["--price-cents", "1000000001"],
+            vec![("--price-cents", "1000000000")],
+            vec![("--price-cents", "1000000001")],
             "--price-cents",
         ),
         (
-            vec!["--admission-rate", "1000000"],
-            vec!["--admission-rate", "1000000.5"],
+            vec![("--admission-rate", "1000000")],
+            vec![("--admission-rate", "1000000.5")],
             "--admission-rate",
         ),
         (
-            vec!["--admission-factor", "100"],
-            vec!["--admission-factor", "100.5"],
+            vec![("--admission-factor", "100")],
+            vec![("--admission-factor", "100.5")],
             "--admission-factor",
         ),
     ];
     for (i, (ok, beyond, flag)) in cases.iter().enumerate() {
         let before = sales().await;
-        let out = create_sale(&env, &format!("over-{i}"), beyond);
+        let out = create(&format!("over-{i}"), beyond);
         assert_eq!(out.status.code(), Some(1), "{beyond:?}: {}", text(&out));
         assert!(
             text(&out).contains(flag),
@@ -799,7 +817,7 @@ async fn operator_numbers_are_checked_at_their_bounds_and_nothing_is_written() {
             text(&out)
         );
         assert_eq!(sales().await, before, "{beyond:?}: nothing written");
-        let out = create_sale(&env, &format!("max-{i}"), ok);
+        let out = create(&format!("max-{i}"), ok);
         assert!(out.status.success(), "{ok:?} is accepted: {}", text(&out));
     }
     // The reproduction: refused now, as the hold time beyond the bound.

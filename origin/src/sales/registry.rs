@@ -166,11 +166,13 @@ impl SaleRegistry {
     /// look after: from a day before the start until a day after the last
     /// hold could have expired, so a settlement backlog left by a long
     /// Postgres outage still drains after the sale has ended.
+    /// (`hold_seconds * 2.0`: in floating point, so one sale row beyond
+    /// today's bounds cannot overflow int4 and hide every sale from them.)
     pub async fn active(&self) -> Result<Vec<Arc<Sale>>, sqlx::Error> {
         let rows: Vec<SaleConfig> = sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM sales
              WHERE starts_at <= now() + interval '1 day'
-               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2) + interval '1 day' > now())"
+               AND (ends_at IS NULL OR ends_at + make_interval(secs => hold_seconds * 2.0) + interval '1 day' > now())"
         ))
         .fetch_all(&self.pool)
         .await?;

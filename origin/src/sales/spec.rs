@@ -128,11 +128,11 @@ impl SaleSpec {
         if self.name.trim().is_empty() || self.name.len() > 200 {
             return bad("--name must be 1-200 characters");
         }
-        if self.units < 1 {
-            return bad("--units must be at least 1");
+        if !(1..=MAX_UNITS).contains(&self.units) {
+            return bad(&format!("--units must be 1-{MAX_UNITS}"));
         }
-        if self.per_user_limit < 1 {
-            return bad("--per-user-limit must be at least 1");
+        if !(1..=MAX_PER_USER_LIMIT).contains(&self.per_user_limit) {
+            return bad(&format!("--per-user-limit must be 1-{MAX_PER_USER_LIMIT}"));
         }
         if !(1..=256).contains(&self.shards) || self.shards > self.units {
             return bad("--shards must be 1-256 and not more than --units");
@@ -152,20 +152,22 @@ impl SaleSpec {
                 "--join-limit must be one of {JOIN_LIMITS:?} (joins per address per minute)"
             ));
         }
-        if self.hold_seconds < 1 {
-            return bad("--hold-seconds must be at least 1");
+        if !(1..=MAX_HOLD_SECONDS).contains(&self.hold_seconds) {
+            return bad(&format!(
+                "--hold-seconds must be 1-{MAX_HOLD_SECONDS} (a day)"
+            ));
         }
-        if !(self.admission_rate > 0.0 && self.admission_rate.is_finite()) {
-            return bad("--admission-rate must be a positive number of people per second");
+        if !valid_rate(self.admission_rate) {
+            return bad(RATE_MESSAGE);
         }
-        if !(self.admission_factor > 0.0 && self.admission_factor.is_finite()) {
-            return bad("--admission-factor must be positive");
+        if !valid_factor(self.admission_factor) {
+            return bad(FACTOR_MESSAGE);
         }
         if !valid_p99(self.admission_p99_ms) {
             return bad(P99_MESSAGE);
         }
-        if self.price_cents < 0 {
-            return bad("--price-cents must not be negative");
+        if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
+            return bad(&format!("--price-cents must be 0-{MAX_PRICE_CENTS}"));
         }
         if !valid_currency(&self.currency) {
             return bad("--currency must be an ISO 4217 code such as EUR, USD or VND");
@@ -185,6 +187,37 @@ impl SaleSpec {
         Ok(())
     }
 }
+
+/// Most units a sale may have: inventory counts are int4, and the
+/// settlement's conditional update adds a batch's units (at most 1,000
+/// entries × [`MAX_PER_USER_LIMIT`]) to held + sold, which must stay below
+/// 2^31 (issue 43 #6: every number an operator gives is bounded by the
+/// arithmetic it meets).
+pub const MAX_UNITS: i32 = 1_000_000_000;
+/// Most units one account may hold and buy in a sale.
+pub const MAX_PER_USER_LIMIT: i32 = 1_000_000;
+/// Highest price of a unit, in the currency's minor unit: price × qty
+/// stays below 2^53 (exact in every JSON reader) at any allowed qty.
+pub const MAX_PRICE_CENTS: i64 = 1_000_000_000;
+/// Longest hold: a day. Postgres computes `hold_seconds * 2` (the active
+/// sales' window) and Redis expiry stamps in milliseconds.
+pub const MAX_HOLD_SECONDS: i32 = 86_400;
+/// Highest admission rate, people per second.
+pub const MAX_ADMISSION_RATE: f64 = 1_000_000.0;
+/// Highest admission factor (the edge's reservation budget per person).
+pub const MAX_ADMISSION_FACTOR: f64 = 100.0;
+
+fn valid_rate(r: f64) -> bool {
+    r > 0.0 && r <= MAX_ADMISSION_RATE
+}
+
+fn valid_factor(f: f64) -> bool {
+    f > 0.0 && f <= MAX_ADMISSION_FACTOR
+}
+
+const RATE_MESSAGE: &str =
+    "--admission-rate must be a positive number of people per second, at most 1000000";
+const FACTOR_MESSAGE: &str = "--admission-factor must be positive, at most 100";
 
 /// A p99 target is a positive number of milliseconds (at most a minute).
 fn valid_p99(ms: f64) -> bool {
@@ -250,17 +283,11 @@ pub async fn change_sale(
     if change.admission_p99_ms.is_some_and(|p| !valid_p99(p)) {
         return bad(P99_MESSAGE);
     }
-    if change
-        .admission_rate
-        .is_some_and(|r| !(r > 0.0 && r.is_finite()))
-    {
-        return bad("--admission-rate must be a positive number of people per second");
+    if change.admission_rate.is_some_and(|r| !valid_rate(r)) {
+        return bad(RATE_MESSAGE);
     }
-    if change
-        .admission_factor
-        .is_some_and(|f| !(f > 0.0 && f.is_finite()))
-    {
-        return bad("--admission-factor must be positive");
+    if change.admission_factor.is_some_and(|f| !valid_factor(f)) {
+        return bad(FACTOR_MESSAGE);
     }
     let mut tx = pool.begin().await?;
     let current: Option<SaleConfig> = sqlx::query_as(&format!(

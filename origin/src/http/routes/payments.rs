@@ -115,9 +115,12 @@ pub async fn purchase(
             format!("the reservation is {status}"),
         ));
     }
-    // A purchase already under way (or done) is the answer to a repeat.
+    // A purchase already under way (or done) is the answer to a repeat; a
+    // capture recorded for refund sold nothing and is not one (the
+    // predicate of payments_one_open_per_reservation).
     let open: Option<Payment> = sqlx::query_as(
-        "SELECT id, amount_cents, status FROM payments WHERE reservation_id = $1 AND status IN ('pending', 'succeeded')",
+        "SELECT id, amount_cents, status FROM payments WHERE reservation_id = $1
+           AND (status = 'pending' OR (status = 'succeeded' AND NOT refund_required))",
     )
     .bind(&id)
     .fetch_optional(&mut *tx)
@@ -136,7 +139,10 @@ pub async fn purchase(
     }
     let payment = Payment {
         id: format!("pay_{}", uuid::Uuid::now_v7().simple()),
-        amount_cents: i64::from(qty) * f.sale.config.price_cents,
+        // Bounded by the sale's checks (price and limit); checked all the same.
+        amount_cents: i64::from(qty)
+            .checked_mul(f.sale.config.price_cents)
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("price × qty overflows")))?,
         status: "pending".into(),
     };
     let inserted = sqlx::query(
