@@ -779,7 +779,8 @@ async fn operator_numbers_are_checked_at_their_bounds_and_nothing_is_written() {
     };
     let big = ("--units", "1000000000");
     // (flags at the largest accepted value, flags one beyond, the flag named)
-    let cases: [(Vec<(&str, &str)>, Vec<(&str, &str)>, &str); 6] = [
+    type Flags<'a> = Vec<(&'a str, &'a str)>;
+    let cases: [(Flags, Flags, &str); 6] = [
         (
             vec![("--hold-seconds", "86400")],
             vec![("--hold-seconds", "86401")],
