@@ -285,6 +285,7 @@ async fn bad_input_gets_its_status_and_changes_nothing() {
             120,
         ));
     let other_sale = app.admit("eve", "other");
+    let for_nope = app.admit("eve", "nope");
     let user = app.user("eve");
     let before = app.redis_snapshot().await;
     // (sale, token, Idempotency-Key, body, status, code)
@@ -391,9 +392,12 @@ async fn bad_input_gets_its_status_and_changes_nothing() {
             400,
             "idempotency_key_missing",
         ),
+        // The token is checked before the sale is looked up (no Postgres
+        // for a token of another sale): a token for a sale nobody sells
+        // reaches the lookup and its 404; another sale's token is 403.
         (
             "nope",
-            Some(&good),
+            Some(&for_nope),
             Some("k"),
             r#"{"qty":1}"#,
             404,
@@ -404,8 +408,8 @@ async fn bad_input_gets_its_status_and_changes_nothing() {
             Some(&good),
             Some("k"),
             r#"{"qty":1}"#,
-            404,
-            "sale_not_found",
+            403,
+            "token_wrong_sale",
         ),
     ];
     for (sale, token, key, body, status, code) in cases {

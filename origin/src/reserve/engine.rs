@@ -559,19 +559,27 @@ impl Engine {
         Ok(record.is_some())
     }
 
-    /// `true` when no shard has stock or reclaimable (expired) holds.
-    pub async fn all_shards_empty(&self, sale: &Sale) -> Result<bool, RedisError> {
+    /// Whether the sale's shards can still sell: some shard has stock or
+    /// reclaimable (expired) holds, none has, or none has and a shard lost
+    /// its keys (Redis lost data; a missing stock key is not an empty one,
+    /// issue 43 #7: it read as sold out, 410, until the rebuild).
+    pub async fn stock_state(&self, sale: &Sale) -> Result<StockState, RedisError> {
         let mut conn = self.conn.clone();
         // Redis's clock, as the scripts that expire holds use it.
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
+        let mut lost = false;
         for k in &sale.shards {
             let stock: Option<i64> = redis::cmd("GET")
                 .arg(&k.stock)
                 .query_async(&mut conn)
                 .await?;
-            if stock.unwrap_or(0) > 0 {
-                return Ok(false);
+            let Some(stock) = stock else {
+                lost = true;
+                continue;
+            };
+            if stock > 0 {
+                return Ok(StockState::Selling);
             }
             let expired: i64 = redis::cmd("ZCOUNT")
                 .arg(&k.exp)
@@ -580,11 +588,27 @@ impl Engine {
                 .query_async(&mut conn)
                 .await?;
             if expired > 0 {
-                return Ok(false);
+                return Ok(StockState::Selling);
             }
         }
-        Ok(true)
+        Ok(if lost {
+            StockState::Lost
+        } else {
+            StockState::Empty
+        })
     }
+}
+
+/// What [`Engine::stock_state`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockState {
+    /// Some shard has stock or expired holds to reclaim.
+    Selling,
+    /// Every shard is empty: sold out.
+    Empty,
+    /// No shard that has its keys can sell, and some shard lost them: not
+    /// known until the rebuild.
+    Lost,
 }
 
 /// What `release` did.

@@ -35,6 +35,14 @@ const CONFIG_TTL: Duration = Duration::from_secs(5);
 const NEGATIVE_TTL: Duration = Duration::from_secs(1);
 /// At most this many first loads (mostly unknown ids) are remembered.
 pub const FIRST_LOAD_CAPACITY: u64 = 10_000;
+/// First loads of distinct ids running at once, at most: ids nobody sells
+/// (each a miss of every cache) take at most this many of the pool's
+/// connections, whatever their rate, so webhooks and settlement keep theirs
+/// (issue 43 #8).
+pub const FIRST_LOADS_AT_ONCE: usize = 4;
+/// How long a first load waits for its turn before the request is told
+/// 503 `database_unavailable` (retry), instead of queueing without bound.
+const FIRST_LOAD_WAIT: Duration = Duration::from_secs(1);
 
 /// First loads of a sale id, single flight: `Some` moves into the config
 /// map at once; `None` (no such sale) stays here for [`NEGATIVE_TTL`].
@@ -58,6 +66,8 @@ pub struct SaleRegistry {
     prefix: String,
     cache: Cache,
     first_loads: FirstLoads,
+    /// Bounds the first loads running at once ([`FIRST_LOADS_AT_ONCE`]).
+    loading: Arc<tokio::sync::Semaphore>,
     flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
     pub epoch: Instant,
 }
@@ -77,6 +87,7 @@ impl SaleRegistry {
                 .max_capacity(capacity)
                 .time_to_live(NEGATIVE_TTL)
                 .build(),
+            loading: Arc::new(tokio::sync::Semaphore::new(FIRST_LOADS_AT_ONCE)),
             flags: Default::default(),
             epoch: Instant::now(),
         }
@@ -121,9 +132,15 @@ impl SaleRegistry {
         }
         let (pool, prefix) = (self.pool.clone(), self.prefix.clone());
         let owned = id.to_string();
+        let loading = self.loading.clone();
         let sale = self
             .first_loads
             .try_get_with(id.to_string(), async move {
+                let _turn = tokio::time::timeout(FIRST_LOAD_WAIT, loading.acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .ok_or(sqlx::Error::PoolTimedOut)?;
                 metrics::counter!("flashsale_sale_config_loads_total").increment(1);
                 load_sale(&pool, &owned)
                     .await

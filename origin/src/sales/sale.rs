@@ -107,6 +107,18 @@ pub struct SoldOutFlag {
     set: AtomicBool,
     /// When the flag was last confirmed against Redis (ms since `epoch`).
     checked_ms: AtomicU64,
+    /// A request is asking Redis whether units came back (single flight).
+    checking: AtomicBool,
+}
+
+/// The one running check of a stale sold-out flag; see
+/// [`SoldOutFlag::begin_check`].
+pub struct CheckGuard<'a>(&'a SoldOutFlag);
+
+impl Drop for CheckGuard<'_> {
+    fn drop(&mut self) {
+        self.0.checking.store(false, Ordering::Release);
+    }
 }
 
 /// How long a set sold-out flag is trusted before Redis is asked again.
@@ -123,6 +135,16 @@ impl SoldOutFlag {
     }
     pub fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)
+    }
+    /// Single flight of the stale flag's check: a guard for the one caller
+    /// that should ask Redis now (the check ends when it drops, also when
+    /// the request is cancelled midway); `None` for everyone else, who go
+    /// by the flag as it stands.
+    pub fn begin_check(&self) -> Option<CheckGuard<'_>> {
+        self.checking
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| CheckGuard(self))
     }
     /// Returns true when this call flipped the flag.
     pub fn set(&self, value: bool, now: Instant, epoch: Instant) -> bool {

@@ -1,10 +1,11 @@
-//! Reservation endpoints. Validation order: sale exists → admit token (401/
-//! 403) → Idempotency-Key → body (400 malformed, 422 bad qty) → sale phase →
-//! in-process sold-out flag → load shedding (429) → the Redis engine. Every
-//! refusal before the engine changes nothing.
+//! Reservation endpoints. Validation order: admit token (401/403; it names
+//! its sale, so no config is loaded for a request without one) → sale
+//! exists → Idempotency-Key → body (400 malformed, 422 bad qty) → sale phase
+//! → load shedding (429) → in-process sold-out flag → the Redis engine.
+//! Every refusal before the engine changes nothing.
 //!
 //! The sold-out path costs one Redis read: while the flag is set (fresh, or
-//! stale and confirmed by Redis), the request's own Idempotency-Key record
+//! stale and confirmed by Redis, one request at a time), the request's own Idempotency-Key record
 //! is read first (one GET on the account's home shard, O(1), no script).
 //! Only a key with no record gets 410 `sold_out`; a key already used goes on
 //! to the engine, which replays its first answer (or 422 for another qty)
@@ -28,7 +29,7 @@ use crate::http::error::ApiError;
 use crate::http::load::Ended;
 use crate::ops::state::AppState;
 use crate::reserve::ack::FactKind;
-use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId};
+use crate::reserve::engine::{HoldRecord, Outcome, Released, ReservationId, StockState};
 use crate::sales::sale::{Phase, Sale};
 
 fn rfc3339_ms(ms: u64) -> String {
@@ -150,9 +151,11 @@ async fn create_inner(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(Value, bool), ApiError> {
+    // The token first: it names its sale, so a request without one, or for
+    // another sale, costs no config load (issue 43 #8).
+    let claims = auth::admit_for_sale(&app.admission_keys, headers, sale_id)?;
     let sale = load_sale(app, sale_id).await?;
     let cfg = &sale.config;
-    let claims = auth::admit_for_sale(&app.admission_keys, headers, &cfg.id)?;
     let key = idempotency_key(headers)?;
     let qty = crate::http::bodies::reservation_qty(body, cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
@@ -170,18 +173,35 @@ async fn create_inner(
         }
         Phase::Live | Phase::SoldOut => {}
     }
+    // Shedding first: a request past the in-flight limit costs no Redis
+    // call, not even the sold-out check below (issue 43 #7).
+    let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
     let flag = app.sales.flag(&cfg.id);
-    let now = Instant::now();
     if flag.is_set() {
-        let sold_out = flag.is_fresh(now, app.sales.epoch) || {
-            // Stale flag: one request per second asks Redis whether units came back.
-            let empty = app.engine.all_shards_empty(&sale).await?;
-            if empty {
-                flag.set(true, now, app.sales.epoch);
-            } else if flag.set(false, now, app.sales.epoch) {
-                metrics::counter!("flashsale_sold_out_flips_total", "to" => "selling").increment(1);
+        let sold_out = flag.is_fresh(Instant::now(), app.sales.epoch) || {
+            // Stale flag: one request at a time (and so about one a second)
+            // asks Redis whether units came back; the others go by the flag.
+            if let Some(_check) = flag.begin_check() {
+                let state = app.engine.stock_state(&sale).await;
+                let now = Instant::now();
+                match state? {
+                    StockState::Empty => {
+                        flag.set(true, now, app.sales.epoch);
+                        true
+                    }
+                    StockState::Selling => {
+                        if flag.set(false, now, app.sales.epoch) {
+                            metrics::counter!("flashsale_sold_out_flips_total", "to" => "selling")
+                                .increment(1);
+                        }
+                        false
+                    }
+                    // Not sold out, not selling: unknown until the rebuild.
+                    StockState::Lost => return Err(ApiError::sale_unavailable()),
+                }
+            } else {
+                true
             }
-            empty
         };
         // Sold out, but a key already used gets its first answer (a replay)
         // or 422 (another qty) from the engine: one GET of its record.
@@ -189,7 +209,6 @@ async fn create_inner(
             return Err(ApiError::SoldOut);
         }
     }
-    let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
     match app.engine.reserve(&sale, &claims.sub, qty, key).await? {
         Outcome::Held(hold) => {
             // REDIS_ACK=wait: a new hold's 202 only once a replica has the
@@ -283,9 +302,11 @@ pub(crate) async fn find_owned(
 ) -> Result<Found, ApiError> {
     let not_found = || ApiError::not_found("reservation_not_found", "no such reservation");
     let rid = ReservationId::parse(id).ok_or_else(not_found)?;
-    let sale = app.sales.get(rid.sale).await?.ok_or_else(not_found)?;
+    // The token first (it names the sale): no config load for a request
+    // without one (issue 43 #8).
     let account =
         auth::account_for_reservation(&app.admission_keys, &app.user_keys, headers, rid.sale)?;
+    let sale = app.sales.get(rid.sale).await?.ok_or_else(not_found)?;
     let live = app.engine.find_hold(&sale, id, rid.home).await?;
     let row: Option<Row> = sqlx::query_as(
         "SELECT account, qty, status, expires_at, shard FROM reservations WHERE id = $1 AND sale_id = $2",

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::ops::state::AppState;
+use crate::reserve::engine::StockState;
 use crate::sales::sale::{Phase, Sale};
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
@@ -103,7 +104,7 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     let available = available.min(total);
     let sold = sold.min(total - available);
     let held = total - available - sold;
-    let sold_out = available == 0 && app.engine.all_shards_empty(sale).await?;
+    let sold_out = available == 0 && app.engine.stock_state(sale).await? == StockState::Empty;
     let mut phase = cfg.phase_by_time(Utc::now());
     if phase == Phase::Live && sold_out {
         phase = Phase::SoldOut;
