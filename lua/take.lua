@@ -8,9 +8,14 @@
 -- Returns:
 --   {1, id, shard, expires_ms, qty}  HELD here (new, or the same hold again)
 --   {6}                              EMPTY here, now and forever for this hold id
+--                                    (markers live a day, shortened to minutes once
+--                                    the spill is finished: Engine::retire_markers)
 --   {7}                              UNINITIALIZED: keys lost
 --   {8, id}                          GONE: this shard granted the hold earlier and it
---                                    has since been released
+--                                    has since been released (only said while the
+--                                    shard is live: during a cold rebuild the marker
+--                                    is restored before the holds, and the hold's
+--                                    absence then means nothing: UNINITIALIZED)
 --
 -- Invariant: each shard decides ONCE per hold id (the marker), so however
 -- many times, and however concurrently, a spill is replayed in the same
@@ -28,6 +33,9 @@ end
 if decided == 'H' then
   local raw = redis.call('HGET', KEYS[2], id)
   if not raw then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return {7}
+    end
     return {8, id}
   end
   local h = cjson.decode(raw)

@@ -992,3 +992,118 @@ async fn a_lost_shard_is_never_read_as_sold_out() {
     assert!(h.contains_key("retry-after"));
     app.stop().await;
 }
+
+/// Issue 43 #9: a finished spill's decision markers no longer live a day.
+/// Near sell-out every attempt spills over every shard; each marker kept
+/// its day-long expiry, so memory grew with attempts × shards. Once the
+/// spill is finished (landed, or every shard empty), they expire within
+/// minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_spills_markers_expire_within_minutes() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let cfg = app.create_sale(sale_spec("markers", 8, 4, 4)).await;
+    let sale = app.state.sales.get("markers").await.unwrap().unwrap();
+    let home = origin::reserve::engine::home_shard("mia", 4);
+    let mut conn = app.redis().await;
+    // Her home shard and the next are empty: her hold lands two shards on.
+    for step in 0..2 {
+        let _: () = conn
+            .set(&sale.shards[(home + step) % 4].stock, 0)
+            .await
+            .unwrap();
+    }
+    let token = app.admit("mia", "markers");
+    let (s, b, _) = app
+        .reserve("markers", Some(&token), Some("k1"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+    // Then every shard empty: a spill over all of them, sold out.
+    for shard in 0..4 {
+        let _: () = conn.set(&sale.shards[shard].stock, 0).await.unwrap();
+    }
+    let _: () = redis::cmd("DEL")
+        .arg(&sale.shards[(home + 2) % 4].exp)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (s, _, _) = app
+        .reserve("markers", Some(&token), Some("k2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 410);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let markers = app.keys_matching(&format!("{}*spill*", app.prefix)).await;
+    assert!(
+        markers.len() >= 2 + 3,
+        "the two spills' markers: {markers:?}"
+    );
+    for m in &markers {
+        let ttl: i64 = conn.ttl(m).await.unwrap();
+        assert!(
+            (1..=600).contains(&ttl),
+            "{m} expires in {ttl} s, not within 10 minutes"
+        );
+    }
+    let _ = (cfg, id);
+    app.stop().await;
+}
+
+/// Issue 43 #9: during a cold rebuild the decision markers of a lost shard
+/// are restored before its holds go live. A spill replayed in that window
+/// found "HELD here" and no hold, and was told its live hold was released
+/// (410 `reservation_released`); it must be told to retry (503), and after
+/// the rebuild get its hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spill_replayed_while_its_shard_is_rebuilt_is_not_told_released() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    let cfg = app.create_sale(sale_spec("midrebuild", 9, 2, 3)).await;
+    let sale = app.state.sales.get("midrebuild").await.unwrap().unwrap();
+    let home = origin::reserve::engine::home_shard("rosa", 3);
+    let mut conn = app.redis().await;
+    let _: () = conn.set(&sale.shards[home].stock, 0).await.unwrap();
+    // The request's steps up to take.lua; the process dies before quota_commit.
+    let call = origin::reserve::engine::ReserveCall::new(&sale, "rosa", 1, "k");
+    let engine = &app.state.engine;
+    let origin::reserve::engine::HomeStep::Spill { hold_id, qty } =
+        engine.reserve_home(&call).await.unwrap()
+    else {
+        panic!("the home shard is empty: the request spills");
+    };
+    let shard = (home + 1) % 3;
+    let took = engine.take(&call, &hold_id, qty, shard).await.unwrap();
+    assert!(
+        matches!(took, origin::reserve::engine::Took::Held(_)),
+        "{took:?}"
+    );
+    // The hold's shard loses its data; the rebuild has written the marker
+    // back but not yet swapped the holds and stock in.
+    let marker = sale.shards[shard].spill_marker(&hold_id);
+    let lost = app
+        .keys_matching(&format!(
+            "{}*",
+            sale.shards[shard].stock.trim_end_matches("stock")
+        ))
+        .await;
+    let lost: Vec<String> = lost.into_iter().filter(|k| *k != marker).collect();
+    let _: () = conn.del(lost).await.unwrap();
+    let _: () = conn.set(&marker, "H").await.unwrap();
+    let token = app.admit("rosa", "midrebuild");
+    let (s, b, _) = app
+        .reserve("midrebuild", Some(&token), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (503, Some("sale_unavailable")),
+        "not known until the rebuild, not released: {b}"
+    );
+    let _ = cfg;
+    app.stop().await;
+}

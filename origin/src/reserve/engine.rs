@@ -54,6 +54,10 @@ use crate::sales::sale::Sale;
 
 /// How long an Idempotency-Key's answer is remembered.
 pub const IDEMPOTENCY_TTL_SECS: u64 = 24 * 3600;
+/// How long a finished spill's decision markers outlive it (see
+/// [`Engine::retire_markers`]): longer than any replay can take to walk
+/// the shards (at most a 2 s Redis timeout per shard, 256 shards).
+pub const SPILL_MARKER_AFTER_SECS: u64 = 600;
 /// Expired holds a reservation reclaims on demand in one go.
 pub const RECLAIM_BATCH: u32 = 64;
 
@@ -338,6 +342,7 @@ impl Engine {
             {
                 Took::Held(hold) => {
                     self.commit_quota(call, hold_id, &hold, qty).await?;
+                    self.retire_markers(call, hold_id, step);
                     return Ok(Outcome::Held(hold));
                 }
                 Took::Empty => continue,
@@ -350,7 +355,43 @@ impl Engine {
             }
         }
         self.return_quota(call, hold_id).await?;
+        self.retire_markers(call, hold_id, n - 1);
         Ok(Outcome::SoldOut)
+    }
+
+    /// A finished spill's decision markers on the `walked` shards after its
+    /// home live on for [`SPILL_MARKER_AFTER_SECS`], not for the day they
+    /// were written with (issue 43 #9). They matter while the key's record
+    /// says the spill is unfinished, which it no longer does (held: replays
+    /// answer from it; returned: a retry spills anew under a new hold id),
+    /// except to a replay already walking the shards, which takes seconds.
+    /// Near sell-out every attempt spills over every shard, and day-long
+    /// markers grew with attempts × shards. Sent after the answer, one
+    /// command per shard (each marker is in its own shard's slot); a spill
+    /// that never finishes (a crash) keeps its markers for the day, as its
+    /// pending record may be replayed that long.
+    fn retire_markers(&self, call: &ReserveCall<'_>, hold_id: &str, walked: usize) {
+        let n = call.sale.shards.len();
+        let markers: Vec<String> = (1..=walked.min(n - 1))
+            .map(|step| call.sale.shards[(call.home + step) % n].spill_marker(hold_id))
+            .collect();
+        if markers.is_empty() {
+            return;
+        }
+        let mut conn = self.conn.clone();
+        tokio::spawn(async move {
+            for marker in markers {
+                let shortened: redis::RedisResult<i64> = redis::cmd("EXPIRE")
+                    .arg(&marker)
+                    .arg(SPILL_MARKER_AFTER_SECS)
+                    .arg("LT")
+                    .query_async(&mut conn)
+                    .await;
+                if let Err(e) = shortened {
+                    tracing::debug!(error = %e, %marker, "spill marker keeps its day-long expiry");
+                }
+            }
+        });
     }
 
     /// take.lua on `shard` for a spilled hold of `qty` units (the quota).
