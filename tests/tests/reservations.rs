@@ -1107,3 +1107,58 @@ async fn a_spill_replayed_while_its_shard_is_rebuilt_is_not_told_released() {
     let _ = cfg;
     app.stop().await;
 }
+
+/// Invariant 5 (issue 43, test audit): a `ticket` (the queue place the edge
+/// mints with the admission keys) is never an `admit` token, on any route
+/// of the origin that takes one: 401 `token_wrong_type`, nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_is_refused_as_an_admit_token_on_every_route() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(sale_spec("tickets", 5, 2, 1)).await;
+    let admit = app.admit("tia", "tickets");
+    let (s, b, _) = app
+        .reserve("tickets", Some(&admit), Some("k"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{b}");
+    let id = b["reservation_id"].as_str().unwrap().to_string();
+    let now = tests::now_secs();
+    let ticket = app.admission_keys.sign(
+        &Claims::new(TokenType::Ticket, "tia", Some("tickets".into()), now, 600).with_ticket(
+            token::TicketData {
+                seq: 1,
+                place: Some(1),
+                ..Default::default()
+            },
+        ),
+    );
+    let before = app.redis_snapshot().await;
+    let (s, b, _) = app
+        .reserve("tickets", Some(&ticket), Some("k2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("token_wrong_type")),
+        "reserve: {b}"
+    );
+    let (s, b) = app
+        .get(&format!("/api/reservations/{id}"), Some(&ticket))
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("token_wrong_type")),
+        "show: {b}"
+    );
+    let (s, b) = app.purchase(&id, &ticket).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (401, Some("token_wrong_type")),
+        "purchase: {b}"
+    );
+    assert_eq!(app.cancel(&id, &ticket).await, 401, "cancel");
+    assert_eq!(app.redis_snapshot().await, before, "nothing changed");
+    app.stop().await;
+}
