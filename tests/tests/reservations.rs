@@ -1162,3 +1162,75 @@ async fn a_ticket_is_refused_as_an_admit_token_on_every_route() {
     assert_eq!(app.redis_snapshot().await, before, "nothing changed");
     app.stop().await;
 }
+
+/// Invariant 2 under the hardest load one account can make (issue 43 test
+/// audit): 64 concurrent requests with distinct keys, qty 1-3, its home
+/// shard empty (every request spills over the other 7), limit 3. The
+/// account never holds more than 3 units on all shards together, and its
+/// count on its home shard is exactly what it holds.
+async fn one_account_floods_eight_shards(app: &TestApp, sale: &str) {
+    app.create_sale(sale_spec(sale, 80, 3, 8)).await;
+    let cfg = app.state.sales.get(sale).await.unwrap().unwrap();
+    let home = origin::reserve::engine::home_shard("flood", 8);
+    let mut conn = app.redis().await;
+    let _: () = conn.set(&cfg.shards[home].stock, 0).await.unwrap();
+    let token = app.admit("flood", sale);
+    let answers = futures::future::join_all((0..64).map(|i| {
+        let (token, key, body) = (
+            token.clone(),
+            format!("k{i}"),
+            format!(r#"{{"qty":{}}}"#, i % 3 + 1),
+        );
+        async move { app.reserve(sale, Some(&token), Some(&key), &body).await }
+    }))
+    .await;
+    let mut granted = 0;
+    for (s, b, _) in &answers {
+        match s {
+            202 => granted += b["qty"].as_i64().unwrap(),
+            409 => assert_eq!(b["error"]["code"], "per_user_limit", "{b}"),
+            other => panic!("unexpected {other}: {b}"),
+        }
+    }
+    assert!(
+        (1..=3).contains(&granted),
+        "granted {granted} units, limit 3"
+    );
+    let mut held = 0;
+    for k in &cfg.shards {
+        let holds: HashMap<String, String> = conn.hgetall(&k.holds).await.unwrap();
+        for raw in holds.values() {
+            let h: Value = serde_json::from_str(raw).unwrap();
+            if h["a"] == "flood" {
+                held += h["q"].as_i64().unwrap();
+            }
+        }
+    }
+    assert_eq!(held, granted, "Redis holds what the answers said");
+    let count: Option<i64> = conn.hget(&cfg.shards[home].users, "flood").await.unwrap();
+    assert_eq!(count.unwrap_or(0), held, "the home count is what it holds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_account_flooding_eight_shards_never_passes_its_limit() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..Default::default()
+    })
+    .await;
+    one_account_floods_eight_shards(&app, "flood1").await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_account_flooding_eight_shards_of_a_cluster_never_passes_its_limit() {
+    let cluster = RedisCluster::start();
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Cluster(cluster.seeds()),
+        workers: Workers::NONE,
+        ..Default::default()
+    })
+    .await;
+    one_account_floods_eight_shards(&app, "floodc").await;
+    app.stop().await;
+}
