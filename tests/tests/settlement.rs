@@ -972,8 +972,10 @@ async fn a_rebuild_with_a_lagging_settler_keeps_keys_and_counts() {
 /// the stock and this test fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own() {
+    const PERIOD: Duration = Duration::from_secs(2);
+    const WITHIN_A_ROUND: Duration = Duration::from_millis(1_500);
     let app = TestApp::spawn_with(AppOptions {
-        reconcile_interval: Duration::from_secs(1),
+        reconcile_interval: PERIOD,
         ..Default::default()
     })
     .await;
@@ -995,33 +997,42 @@ async fn the_reconciler_loop_repairs_drift_and_rebuilds_a_lost_shard_on_its_own(
     );
     assert_eq!(before.0 + before.1, 40 - 12);
     let _: i64 = conn.incr(stock(1), 7).await.unwrap();
-    // Bounded wait: the period is 1 s; 15 s leaves room for a busy machine.
-    let mut repaired = false;
-    for _ in 0..150 {
+    // Invariant 3: repaired within one reconcile period (plus the round
+    // itself, and slack for a loaded 2-core machine: a period is 2 s, so a
+    // repair that took two rounds would take over 4 s and fail).
+    let drifted = std::time::Instant::now();
+    let mut repaired = None;
+    while drifted.elapsed() < PERIOD * 3 {
         let now: i64 = conn.get(stock(1)).await.unwrap();
         if now == before.1 {
-            repaired = true;
+            repaired = Some(drifted.elapsed());
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let took = repaired.unwrap_or_else(|| panic!("shard 1's stock never repaired to {}", before.1));
     assert!(
-        repaired,
-        "the loop repaired shard 1's stock to {}",
-        before.1
+        took <= PERIOD + WITHIN_A_ROUND,
+        "drift repaired {took:?} after it appeared: more than one period ({PERIOD:?})"
     );
     let holds_before = app.redis_hold_ids("loop").await;
     lose_shard(&app, &sale.shards[0]).await;
+    let lost = std::time::Instant::now();
     let mut rebuilt = None;
-    for _ in 0..150 {
+    while lost.elapsed() < PERIOD * 3 {
         let now: Option<i64> = conn.get(stock(0)).await.unwrap();
         if now.is_some() {
             rebuilt = now;
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(rebuilt, Some(before.0), "the loop rebuilt shard 0");
+    assert!(
+        lost.elapsed() <= PERIOD + WITHIN_A_ROUND,
+        "rebuilt {:?} after the loss: more than one period",
+        lost.elapsed()
+    );
     assert_eq!(app.redis_hold_ids("loop").await, holds_before);
     app.stop().await;
 }
