@@ -2079,3 +2079,93 @@ async fn an_entry_postgres_refuses_for_good_is_parked_and_nothing_else_waits() {
     assert_eq!(inventory(&app, "poisoned").await, (10, 2, 0));
     app.stop().await;
 }
+
+/// Every Redis operation besides reserve runs on the 3-master cluster too,
+/// where a script touching keys of two slots is refused (issue 43 test
+/// audit: only reserve ran under slot checks): a cancel (release.lua), an
+/// expiry (sweep.lua), a payment (confirm.lua), settlement (settled.lua),
+/// and a lost shard rebuilt (rebuild_stage.lua, rebuild.lua) — then Redis
+/// and Postgres agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_expiry_payment_and_rebuild_run_on_a_cluster() {
+    let cluster = tests::RedisCluster::start();
+    let app = TestApp::spawn_with(AppOptions {
+        redis: RedisTarget::Cluster(cluster.seeds()),
+        workers: Workers {
+            reconcile: false,
+            ..Workers::ALL
+        },
+        ..Default::default()
+    })
+    .await;
+    let mut spec = sale_spec("cl", 30, 2, 3);
+    spec.hold_seconds = 2;
+    app.create_sale(spec).await;
+    let sale = app.state.sales.get("cl").await.unwrap().unwrap();
+    let hold = |acct: &'static str| {
+        let app = &app;
+        async move {
+            let t = app.admit(acct, "cl");
+            let (s, b, _) = app.reserve("cl", Some(&t), Some("k"), r#"{"qty":1}"#).await;
+            assert_eq!(s, 202, "{acct}: {b}");
+            (b["reservation_id"].as_str().unwrap().to_string(), t)
+        }
+    };
+    let (cancelled, t) = hold("ada").await;
+    assert_eq!(app.cancel(&cancelled, &t).await, 200);
+    let (expiring, _) = hold("ben").await;
+    let (paid, t) = hold("cai").await;
+    let (s, p) = app.purchase(&paid, &t).await;
+    assert_eq!(s, 201, "{p}");
+    let body = serde_json::json!({"id": "evt_cl", "type": "payment.succeeded",
+        "data": {"payment_id": p["payment_id"], "amount_cents": 4_999}})
+    .to_string();
+    let sig = origin::payments::webhook::sign_webhook(
+        tests::WEBHOOK_SECRET,
+        tests::now_secs(),
+        body.as_bytes(),
+    );
+    let (s, r) = app.webhook(&body, Some(sig)).await;
+    assert_eq!((s, r["result"].as_str()), (200, Some("paid")), "{r}");
+    // Ben's hold expires and the sweep gives it back.
+    let mut swept = false;
+    for _ in 0..100 {
+        if status_of(&app, &expiring).await == "expired" {
+            swept = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(swept, "the sweep expired ben's hold");
+    wait_settled(&app, "cl").await;
+    assert_eq!(status_of(&app, &cancelled).await, "cancelled");
+    assert_eq!(status_of(&app, &paid).await, "paid");
+    // The paid hold's shard loses its keys; the rebuild restores it.
+    let mut conn = app.redis().await;
+    let mut lost = None;
+    for (i, k) in sale.shards.iter().enumerate() {
+        let here: bool = conn.hexists(&k.holds, &paid).await.unwrap();
+        if here {
+            lost = Some(i);
+        }
+    }
+    let lost = lost.expect("the paid hold is in Redis");
+    let k = &sale.shards[lost];
+    for key in [&k.stock, &k.holds, &k.exp, &k.users, &k.quota] {
+        let _: () = conn.del(key).await.unwrap();
+    }
+    let rebuilt = rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![lost]);
+    let here: bool = conn.hexists(&k.holds, &paid).await.unwrap();
+    assert!(here, "the paid hold is back on its shard");
+    let report = reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, false)
+        .await
+        .unwrap();
+    assert_eq!((report.lag, report.drift), (0, 0), "{report:?}");
+    assert!(report.mismatched_shards.is_empty(), "{report:?}");
+    assert!(report.state_mismatches.is_empty(), "{report:?}");
+    assert_eq!(inventory(&app, "cl").await, (30, 0, 1));
+    app.stop().await;
+}
