@@ -586,6 +586,11 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
 
     // Time to recover.
     if let Some(w) = fault {
+        f.faulted = true;
+        f.overlapping = requests
+            .iter()
+            .filter(|e| e.t0 <= w.end_ms && e.t1 >= w.start_ms)
+            .count() as i64;
         f.recover_202_ms = accepted
             .iter()
             .filter(|e| e.op == Op::Reserve && !e.replayed && e.t1 >= w.end_ms)

@@ -48,11 +48,13 @@ fn cell(f: &Finding) -> String {
     }
 }
 
-/// Whether a row broke what it must keep.
+/// Whether a row broke what it must keep, or proved nothing (a row that
+/// accepted nothing, saw no request during its fault, or never sold again
+/// after it: `Figures::vacuous`).
 pub fn failed(r: &Row) -> bool {
-    r.figures
-        .as_ref()
-        .is_some_and(|f| f.broken() || (r.must_keep_acks && f.acks_lost.count > 0))
+    r.figures.as_ref().is_some_and(|f| {
+        f.broken() || (r.must_keep_acks && f.acks_lost.count > 0) || !f.vacuous().is_empty()
+    })
 }
 
 /// The Markdown of RELIABILITY.md.
@@ -109,7 +111,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
         }
     }
     let verdict = if rows.iter().any(failed) {
-        "**FAILED**: at least one row broke an invariant it must keep (see below)."
+        "**FAILED**: at least one row broke an invariant it must keep, or proved nothing (see below)."
     } else {
         "Every row that ran kept invariants 1–4: nothing oversold, no unit lost, no double effect, no limit breached."
     };
@@ -133,6 +135,9 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
             f.still_held,
             f.refunds
         );
+        for why in f.vacuous() {
+            let _ = writeln!(details, "\n**This row proves nothing: {why}.**");
+        }
         for (name, finding) in [
             ("acknowledged holds lost", &f.acks_lost),
             ("units oversold", &f.oversold),
@@ -221,7 +226,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<()> {
         .collect();
     anyhow::ensure!(
         failed.is_empty(),
-        "rows that broke an invariant: {failed:?}"
+        "rows that broke an invariant or proved nothing: {failed:?}"
     );
     Ok(())
 }
@@ -232,7 +237,14 @@ mod tests {
     use crate::chaos::row::Figures;
 
     fn row(must_keep_acks: bool, acks_lost: i64, oversold: i64) -> Row {
-        let mut f = Figures::default();
+        let mut f = Figures {
+            accepted: 10,
+            faulted: true,
+            overlapping: 5,
+            recover_202_ms: Some(300),
+            available: 3,
+            ..Figures::default()
+        };
         f.acks_lost.count = acks_lost;
         f.oversold.count = oversold;
         Row {
@@ -262,5 +274,41 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**FAILED**"), "{md}");
+    }
+
+    /// Issue 43: a row that tested nothing used to pass.
+    #[test]
+    fn a_row_that_proves_nothing_fails() {
+        assert!(!failed(&row(false, 0, 0)), "a row that tested its fault");
+        let with = |change: fn(&mut Figures)| {
+            let mut r = row(false, 0, 0);
+            change(r.figures.as_mut().unwrap());
+            r
+        };
+        assert!(failed(&with(|f| f.accepted = 0)), "accepted nothing");
+        assert!(
+            failed(&with(|f| f.overlapping = 0)),
+            "no request during the fault"
+        );
+        assert!(
+            failed(&with(|f| f.recover_202_ms = None)),
+            "selling never came back"
+        );
+        assert!(
+            !failed(&with(|f| {
+                f.recover_202_ms = None;
+                f.available = 0;
+            })),
+            "sold out before the fault ended: nothing left to sell"
+        );
+        assert!(
+            !failed(&with(|f| {
+                f.faulted = false;
+                f.overlapping = 0;
+            })),
+            "a run without a fault window"
+        );
+        let md = render(&[with(|f| f.overlapping = 0)], "cmd", "m", "s", "d");
+        assert!(md.contains("no request overlapped the fault"), "{md}");
     }
 }

@@ -61,6 +61,13 @@ pub struct Figures {
     pub still_held: i64,
     /// Payments taken for a unit that was no longer held: refunded.
     pub refunds: i64,
+    /// Whether the run had a fault window (`--fault-start-ms`/`--fault-end-ms`).
+    #[serde(default)]
+    pub faulted: bool,
+    /// Requests in flight during the fault (sent before its end, answered or
+    /// given up on after its start): a row none overlapped tested nothing.
+    #[serde(default)]
+    pub overlapping: i64,
 }
 
 impl Figures {
@@ -70,6 +77,24 @@ impl Figures {
             || self.lost_units.count > 0
             || self.double_effects.count > 0
             || self.limit_breaches.count > 0
+    }
+
+    /// Why the run proves nothing, if it does not (issue 43: such a row
+    /// passed): it accepted no reservation; no request overlapped the
+    /// fault; or selling never came back after the fault while units were
+    /// still for sale at the end.
+    pub fn vacuous(&self) -> Vec<&'static str> {
+        let mut why = Vec::new();
+        if self.accepted == 0 {
+            why.push("no reservation was accepted");
+        }
+        if self.faulted && self.overlapping == 0 {
+            why.push("no request overlapped the fault");
+        }
+        if self.faulted && self.recover_202_ms.is_none() && self.available > 0 {
+            why.push("selling never came back after the fault, with units still for sale");
+        }
+        why
     }
 }
 
