@@ -697,18 +697,18 @@ impl<S: Sql> Coordinator<S> {
     /// who made a reservation (their unit has already left `units
     /// available`; counting them too would shrink the cap twice and stall
     /// the frontier near the end of a sale).
+    /// A place both abandoned and held counts once (issue 44 #2).
     fn freed_after(&self, expired: u64) -> u64 {
-        let held = self
-            .sql
+        self.sql
             .first::<CountRow>(
-                "SELECT count(*) AS n FROM turns WHERE place > ? AND held = 1",
-                &[SqlValue::from(expired)],
+                "SELECT count(*) AS n FROM (
+                     SELECT place FROM turns WHERE place > ? AND held = 1
+                     UNION SELECT place FROM abandoned WHERE place > ?)",
+                &[SqlValue::from(expired), SqlValue::from(expired)],
             )
             .ok()
             .flatten()
-            .map_or(0, |r| r.n.max(0.0) as u64);
-        let abandoned = self.abandoned_after(expired).map_or(0, |v| v.len() as u64);
-        held + abandoned
+            .map_or(0, |r| r.n.max(0.0) as u64)
     }
 
     fn abandoned_after(&self, expired: u64) -> ApiResult<Vec<u64>> {
@@ -1672,6 +1672,37 @@ mod tests {
         assert!(!s.abandoned.contains(&2), "a hold keeps the turn");
         let f = c.figures(SALE, now).unwrap();
         assert!(f.abandoned >= 1);
+    }
+
+    /// Issue 44 #2: a place both abandoned and held (its /held report came
+    /// after the turn was given back) freed one share of the cap, not two
+    /// (the frontier let one person too many in).
+    #[test]
+    fn a_place_abandoned_and_held_is_freed_once() {
+        let (c, world, _) = sale(40, 1);
+        let listed_at = draw(&c, &world);
+        let mut now = listed_at;
+        for _ in 0..3 {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        let report = |turns: Value| {
+            let r: Report = serde_json::from_value(json!({"shard": 0, "turns": turns})).unwrap();
+            c.record_report(r).unwrap();
+        };
+        report(json!([[1, now, false], [2, now, true]]));
+        for _ in 0..45 {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        let abandoned = c.snapshot(SALE, now).unwrap().abandoned;
+        assert!(abandoned.contains(&1) && !abandoned.contains(&2));
+        report(json!([[1, now, true]]));
+        assert_eq!(
+            c.freed_after(0),
+            abandoned.len() as u64 + 1,
+            "the abandoned places and place 2 (held), place 1 once"
+        );
     }
 
     #[test]

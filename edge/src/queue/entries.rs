@@ -732,11 +732,15 @@ impl<S: Sql> Entries<S> {
     }
 
     /// Records that `sub` made a reservation (a live hold never loses the
-    /// turn).
+    /// turn). It may come before the person's first seen report (issue 44
+    /// #2: a fast buyer): then the row waits with place 0 (unknown), is not
+    /// reported, and the first `/seen` gives it its place and keeps `held`.
     pub fn held(&self, sub: &str, now: u64) -> ApiResult<Value> {
         self.sql.exec(
-            "UPDATE turns SET held = 1, seen_ms = ?, reported = 0 WHERE sub = ?",
-            &[now.into(), sub.into()],
+            "INSERT INTO turns (sub, place, seen_ms, held) VALUES (?, 0, ?, 1)
+             ON CONFLICT(sub) DO UPDATE SET held = 1,
+                 seen_ms = MAX(seen_ms, excluded.seen_ms), reported = 0",
+            &[sub.into(), now.into()],
         )?;
         Ok(json!({"ok": true}))
     }
@@ -934,7 +938,7 @@ impl<S: Sql> Entries<S> {
         let turns: Vec<(u64, u64, bool)> = self
             .sql
             .rows::<TurnRow>(
-                "SELECT place, seen_ms, held FROM turns WHERE reported = 0 LIMIT 5000",
+                "SELECT place, seen_ms, held FROM turns WHERE reported = 0 AND place > 0 LIMIT 5000",
                 &[],
             )?
             .into_iter()
@@ -1166,6 +1170,31 @@ mod tests {
         let next = s.ranked((after, 5)).unwrap();
         assert_eq!(next["items"], json!(items[10..15]));
         assert_eq!(s.bucket(Some(99)).unwrap_err().status, 400);
+    }
+
+    /// Issue 44 #2: a fast buyer reserves before their first seen report
+    /// reaches the shard (reports are batched ≥ 2 s, and the page stops
+    /// polling once it holds a reservation). The hold must still keep the
+    /// turn: `/held` before any `/seen` is remembered, and the turn is
+    /// reported held once its place is known.
+    #[test]
+    fn a_reservation_before_the_first_seen_report_keeps_the_turn() {
+        let s = shard();
+        s.join(SALE, body("a", START + 100), START + 100, keys)
+            .unwrap();
+        s.held("a", START + 1_100).unwrap();
+        let r = s.report(START + 1_500, 1).unwrap().unwrap();
+        assert!(r.turns.is_empty(), "no place known yet: nothing to report");
+        s.report_sent(&r).unwrap();
+        s.seen(
+            &SeenBody {
+                seen: vec![("a".into(), 1, START + 1_000)],
+            },
+            START + 1_600,
+        )
+        .unwrap();
+        let r = s.report(START + 2_500, 1).unwrap().unwrap();
+        assert_eq!(r.turns, vec![(1, START + 1_100, true)], "held, kept");
     }
 
     #[test]
