@@ -8,13 +8,16 @@
 //! a reservation made through the edge.
 //!
 //! Invariants kept here:
-//! - a place is abandoned only once its holder has had [`FIRST_SEEN_MS`]
-//!   since the frontier reached it to poll (the first poll after admission
-//!   may come a full waiting-poll interval later) and has not been seen for
-//!   [`IDLE_MS`]: never before both;
+//! - a place is abandoned only once its holder has not been seen for
+//!   [`IDLE_MS`] and, if never seen since the frontier reached it, has had
+//!   [`FIRST_SEEN_MS`] to poll (the first poll after admission may come the
+//!   longest waiting-poll interval later): never before both;
 //! - a holder of a live hold is never abandoned;
-//! - nothing is abandoned while the frontier is frozen (a pause or an
-//!   outage costs nobody their turn);
+//! - nothing is abandoned while the frontier is frozen, and idleness counts
+//!   from the end of the last freeze at the earliest (a pause or an outage
+//!   costs nobody their turn, during or after it: issue 44 #0, where
+//!   people admitted before an outage lost their turn right after it,
+//!   their polls during it not having counted);
 //! - abandoned is for good: a place once abandoned stays so (the caller
 //!   stores it), and only places whose window is still open, `(expired,
 //!   frontier]`, are considered;
@@ -22,13 +25,20 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// Not seen for this long, holding nothing: the turn is lost.
+use crate::queue::status::LONGEST_POLL_GAP_MS;
+
+/// Not seen for this long, holding nothing: the turn is lost (an admitted
+/// person polls every 8 s ± 20 %, so three polls fit).
 pub const IDLE_MS: u64 = 30_000;
+/// Seen reports reach the coordinator this long after the poll at most
+/// (batched per shard for 2 s, reported with the next second's arrivals).
+pub const SEEN_REPORT_SLACK_MS: u64 = 5_000;
 /// A newly admitted person's first poll may come this long after the
-/// frontier reached them: the same 30 s (waiting people near the front
-/// poll every few seconds — a third of their ETA — and the pre-queue's
-/// first poll after the draw comes within 30 s of the start).
-pub const FIRST_SEEN_MS: u64 = IDLE_MS;
+/// frontier reached them: the longest gap between two polls the edge can
+/// cause, plus the report's way (issue 44 #4: the grace was 30 s while a
+/// waiting person's interval could be 39.6 s). By construction, not by
+/// coincidence of two numbers.
+pub const FIRST_SEEN_MS: u64 = LONGEST_POLL_GAP_MS + SEEN_REPORT_SLACK_MS;
 
 /// What the coordinator knows about the holder of one admitted place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +61,8 @@ pub struct Now<'a> {
     pub service_ms: u64,
     pub wall_ms: u64,
     pub frozen: bool,
+    /// When the frontier last stopped being frozen (wall ms; 0: never).
+    pub thawed_ms: u64,
 }
 
 /// When the frontier reached `place` (service ms), if a checkpoint shows it.
@@ -71,21 +83,27 @@ pub fn newly_abandoned(
     if now.frozen {
         return Vec::new();
     }
-    // Places reached at least FIRST_SEEN_MS ago on the service clock.
-    let cutoff = now.service_ms.saturating_sub(FIRST_SEEN_MS);
-    let ripe = now
-        .history
-        .iter()
-        .rev()
-        .find(|(t, _)| *t <= cutoff)
-        .map_or(0, |(_, a)| a.floor().max(0.0) as u64)
-        .min(now.frontier);
+    // Places reached at least `ms` ago on the service clock.
+    let reached_before = |ms: u64| {
+        let cutoff = now.service_ms.saturating_sub(ms);
+        now.history
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= cutoff)
+            .map_or(0, |(_, a)| a.floor().max(0.0) as u64)
+            .min(now.frontier)
+    };
+    // A person seen since the frontier reached them is idle after IDLE_MS
+    // unseen; one never seen may first poll up to FIRST_SEEN_MS late.
+    let ripe_seen = reached_before(IDLE_MS);
+    let ripe_unseen = reached_before(FIRST_SEEN_MS);
     let mut out = Vec::new();
     let mut p = now.expired.saturating_add(1);
-    while p <= ripe && out.len() < limit {
+    while p <= ripe_seen && out.len() < limit {
         let t = turns.get(&p).copied().unwrap_or_default();
-        let idle = now.wall_ms.saturating_sub(t.seen_ms) >= IDLE_MS;
-        if idle && !t.held && !already.contains(&p) {
+        let ripe = t.seen_ms > 0 || p <= ripe_unseen;
+        let idle = now.wall_ms.saturating_sub(t.seen_ms.max(now.thawed_ms)) >= IDLE_MS;
+        if ripe && idle && !t.held && !already.contains(&p) {
             out.push(p);
         }
         p += 1;
@@ -108,6 +126,7 @@ mod tests {
             service_ms,
             wall_ms,
             frozen: false,
+            thawed_ms: 0,
         }
     }
 
@@ -115,14 +134,16 @@ mod tests {
     fn nobody_before_the_first_poll_could_have_come() {
         let none = HashMap::new();
         let done = HashSet::new();
-        assert!(newly_abandoned(now(129_999, 129_999), &none, &done, 100).is_empty());
-        let lost = newly_abandoned(now(130_000, 130_000), &none, &done, 100);
+        let first = 100_000 + FIRST_SEEN_MS;
+        assert!(newly_abandoned(now(first - 1, first - 1), &none, &done, 100).is_empty());
+        let lost = newly_abandoned(now(first, first), &none, &done, 100);
         assert_eq!(
             lost,
             (1..=10).collect::<Vec<_>>(),
-            "never seen, reached 30 s ago"
+            "never seen, reached FIRST_SEEN_MS ago"
         );
-        let lost = newly_abandoned(now(150_000, 150_000), &none, &done, 100);
+        let last = 120_000 + FIRST_SEEN_MS;
+        let lost = newly_abandoned(now(last, last), &none, &done, 100);
         assert_eq!(lost, (1..=30).collect::<Vec<_>>());
         assert_eq!(reached_at(&H, 11), Some(110_000));
         assert_eq!(reached_at(&H, 31), None);
@@ -132,17 +153,18 @@ mod tests {
     fn seen_or_holding_people_keep_the_turn_and_abandoned_is_once() {
         let mut turns = HashMap::new();
         // Seen 29 s ago, 30 s ago, holding, and seen long ago.
+        let at = 120_000 + FIRST_SEEN_MS;
         turns.insert(
             1,
             Turn {
-                seen_ms: 131_000,
+                seen_ms: at - 29_000,
                 held: false,
             },
         );
         turns.insert(
             2,
             Turn {
-                seen_ms: 130_000,
+                seen_ms: at - 30_000,
                 held: false,
             },
         );
@@ -162,7 +184,7 @@ mod tests {
         );
         let mut done = HashSet::new();
         done.insert(5);
-        let lost = newly_abandoned(now(160_000, 160_000), &turns, &done, 100);
+        let lost = newly_abandoned(now(at, at), &turns, &done, 100);
         assert!(!lost.contains(&1), "seen 29 s ago");
         assert!(lost.contains(&2), "not seen for 30 s");
         assert!(!lost.contains(&3), "a live hold is never closed");
@@ -191,5 +213,50 @@ mod tests {
         assert_eq!(newly_abandoned(n, &none, &done, 100), vec![1, 2, 3]);
         n.expired = u64::MAX;
         assert!(newly_abandoned(n, &none, &done, 100).is_empty());
+    }
+
+    /// Issue 44 #0: seen at 110 s, then an outage froze the frontier from
+    /// 115 s to 160 s (polls during it never reached the coordinator). At
+    /// 170 s, 60 s of wall time have passed since the last poll, but only
+    /// 10 s since the outage ended: nobody loses the turn until 30 s after it.
+    #[test]
+    fn idleness_counts_from_the_end_of_a_freeze() {
+        let mut turns = HashMap::new();
+        turns.insert(
+            5,
+            Turn {
+                seen_ms: 110_000,
+                held: false,
+            },
+        );
+        let done = HashSet::new();
+        let at = |wall_ms: u64| Now {
+            thawed_ms: 160_000,
+            ..now(wall_ms, wall_ms)
+        };
+        assert!(
+            !newly_abandoned(at(170_000), &turns, &done, 100).contains(&5),
+            "10 s after the outage"
+        );
+        assert!(
+            newly_abandoned(at(190_000), &turns, &done, 100).contains(&5),
+            "30 s after the outage, unseen: the turn passes on"
+        );
+    }
+
+    /// Issue 44 #4: the longest interval the edge hands a waiting person
+    /// (30 s + 20 % + the page's 10 %) fits in the first-seen grace, with
+    /// room for the seen report's way.
+    #[test]
+    fn the_first_seen_grace_exceeds_every_poll_interval_the_edge_hands_out() {
+        use crate::queue::status::{MAX_POLL_MS, PREQUEUE_SPREAD_MAX_MS, jittered};
+        let longest_waiting = jittered(MAX_POLL_MS, 0.999_999) as f64 * 1.1;
+        let longest_prequeue = (PREQUEUE_SPREAD_MAX_MS + 250) as f64 * 1.1;
+        for gap in [longest_waiting, longest_prequeue] {
+            assert!(
+                gap + SEEN_REPORT_SLACK_MS as f64 <= FIRST_SEEN_MS as f64,
+                "a {gap} ms gap between polls outlasts the {FIRST_SEEN_MS} ms grace"
+            );
+        }
     }
 }

@@ -474,7 +474,13 @@ impl<S: Sql> Coordinator<S> {
             .controller()
             .unwrap_or_else(|| Controller::new(limits, now));
         let before = (c.reason, c.rate);
+        let was_frozen = c.frozen;
         c.step(limits, now, self.sample.get(), self.meta.flag("paused"));
+        if was_frozen && !c.frozen {
+            // A pause or an outage just ended: every admitted person has
+            // the whole idle time from now to poll again (issue 44 #0).
+            self.set("thawed_ms", now)?;
+        }
         if before.0 != c.reason {
             io.note(&format!(
                 "admission {}: {:?} -> {:?}, rate {:.2} -> {:.2}/s",
@@ -762,6 +768,7 @@ impl<S: Sql> Coordinator<S> {
                 service_ms: service,
                 wall_ms: now,
                 frozen,
+                thawed_ms: self.meta.u64("thawed_ms").unwrap_or(0),
             },
             &turns,
             &already,

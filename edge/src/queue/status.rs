@@ -40,6 +40,25 @@ pub const HELD_TICKET_HEADER: &str = "x-queue-ticket";
 /// Shortest and longest advised poll interval.
 pub const MIN_POLL_MS: u64 = 1_000;
 pub const MAX_POLL_MS: u64 = 30_000;
+/// The pre-queue's first poll after the start is spread over up to this
+/// long (200 people per second of it).
+pub const PREQUEUE_SPREAD_MAX_MS: u64 = 30_000;
+/// The longest time between two polls of a person who keeps polling, that
+/// the edge can cause: the advised interval with its ±20 % jitter
+/// ([`jittered`]), then the page's own ±10 % (`edge/page/app.js`
+/// `jitter`); for the pre-queue, the start plus the spread. The turn rules'
+/// first-seen grace is built from it (`admission::turns::FIRST_SEEN_MS`),
+/// so a rising rate can never reach someone and give their turn away
+/// before their next poll could come (issue 44 #4: 39.6 s against 30 s).
+pub const LONGEST_POLL_GAP_MS: u64 = {
+    let waiting = MAX_POLL_MS * 12 / 10 * 11 / 10;
+    let prequeue = (PREQUEUE_SPREAD_MAX_MS + 250) * 11 / 10;
+    if waiting > prequeue {
+        waiting
+    } else {
+        prequeue
+    }
+};
 
 /// The sale's queue as the Durable Object sees it at `now_ms`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -237,7 +256,7 @@ pub struct View {
     pub poll_after_ms: u64,
 }
 
-fn jittered(base_ms: u64, jitter: f64) -> u64 {
+pub(crate) fn jittered(base_ms: u64, jitter: f64) -> u64 {
     // jitter in [0, 1): ±20 %.
     let j = if jitter.is_finite() {
         jitter.clamp(0.0, 1.0)
@@ -314,7 +333,7 @@ pub fn view(
         v.eta_seconds = Some(to_start.div_ceil(1000));
         // Spread the first poll after the draw over a window that grows with
         // the crowd (200 people per second of window, 1 to 30 s).
-        let spread_ms = (s.prequeue * 5).clamp(1_000, 30_000) as f64;
+        let spread_ms = (s.prequeue * 5).clamp(1_000, PREQUEUE_SPREAD_MAX_MS) as f64;
         v.poll_after_ms = if to_start > MAX_POLL_MS {
             jittered(MAX_POLL_MS, jitter)
         } else {
@@ -358,6 +377,19 @@ pub fn view(
     // Poll about three times before one's turn, at least every 30 s.
     v.poll_after_ms = jittered((eta_ms / 3).clamp(MIN_POLL_MS, MAX_POLL_MS), jitter);
     v
+}
+
+/// Whether the holder of `place` has a turn now: the frontier has reached
+/// it, its window is open and it was not given back. A poll by such a
+/// person counts as seen whatever the answer says: `sold_out` while units
+/// may come back, `paused` (issue 44 #1: a sold-out spell of 30 s or more
+/// gave away the turn of everyone admitted who kept polling).
+pub fn holds_turn(place: u64, snap: &Snapshot, now_ms: u64) -> bool {
+    let closed = snap.closed || snap.ends_at_ms.is_some_and(|e| now_ms >= e);
+    !closed
+        && place <= frontier_at(snap, now_ms)
+        && place > snap.expired
+        && snap.abandoned.binary_search(&place).is_err()
 }
 
 /// When the admission window of `place` ends, unix ms: one window
@@ -510,6 +542,24 @@ mod tests {
             view(Some(91), false, &s, 200_000, 0.5).reason,
             Some(CloseReason::SaleEnded)
         );
+    }
+
+    #[test]
+    fn an_admitted_person_polling_while_sold_out_still_holds_the_turn() {
+        let mut s = snap();
+        s.sold_out = true;
+        assert_eq!(
+            view(Some(90), false, &s, 200_000, 0.5).status,
+            Status::SoldOut
+        );
+        assert!(holds_turn(90, &s, 200_000), "seen: the turn is kept");
+        assert!(!holds_turn(101, &s, 200_000), "not reached yet");
+        assert!(!holds_turn(20, &s, 200_000), "window closed");
+        s.abandoned = vec![90];
+        assert!(!holds_turn(90, &s, 200_000), "given back");
+        s.abandoned = vec![];
+        s.closed = true;
+        assert!(!holds_turn(90, &s, 200_000), "sale ended");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::http::respond::{internal, json_response, now_ms};
 use crate::http::sold_out::sold_out_local;
 use crate::queue::poll;
 use crate::queue::shards;
-use crate::queue::status::{Snapshot, TICKET_TTL_SECS};
+use crate::queue::status::{Snapshot, TICKET_TTL_SECS, holds_turn};
 use crate::worker::calls::call_shard;
 use crate::worker::memory::{MAX_JOINED, MAX_SALES, bounded, remember_join};
 use crate::worker::pieces::place_of_ticket;
@@ -133,7 +133,7 @@ pub(crate) async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult
             after_start,
             &snap,
         )?;
-        if body["status"] == "admitted" {
+        if holds_turn(p, &snap, now_ms()) {
             let shard = tkt
                 .shard
                 .unwrap_or_else(|| shards::shard_of(&claims.sub, snap.shards));
@@ -188,7 +188,7 @@ pub(crate) async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult
         after_start,
         &snap,
     )?;
-    if body["status"] == "admitted" {
+    if holds_turn(p, &snap, now_ms()) {
         seen(env, sale, &claims.sub, shard, p).await;
     }
     reply(&body)

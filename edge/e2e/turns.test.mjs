@@ -1,0 +1,99 @@
+// Turns kept through what is nobody's fault (issue 44 #0, #1): an origin
+// outage, and a sold-out spell while units may come back. A person admitted
+// before either, who keeps polling as the page does, keeps the turn.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { EDGE, call, createSale, rid, sleep, userToken, until } from './lib.mjs';
+
+async function join(sale, p) {
+  const r = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(p.account) });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  p.ticket = r.body.ticket;
+}
+
+async function status(sale, p, timeoutMs = 20_000) {
+  const r = await call('GET', `${EDGE}/api/sales/${sale}/queue`, { token: p.ticket, timeoutMs });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  if (r.body.ticket) p.ticket = r.body.ticket;
+  return r.body;
+}
+
+/** A poll as the page makes it during an outage: whatever it answers. */
+async function pollAnyway(sale, p) {
+  try {
+    await status(sale, p, 5000);
+  } catch {
+    // An answer the page would retry; the person is still there.
+  }
+}
+
+test('a 40 s origin outage costs nobody admitted before it their turn, during or after it', async () => {
+  const sale = `e2e-outage-turns-${rid()}`;
+  createSale({
+    sale, name: 'E2E turns through an outage', units: 20, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 2, 'admission-factor': 2,
+  });
+  const people = Array.from({ length: 30 }, (_, i) => ({ account: `ot-${i}-${rid()}` }));
+  for (const p of people) await join(sale, p);
+  const admitted = await until(30_000, async () => {
+    const answers = await Promise.all(people.map((p) => status(sale, p)));
+    const a = people.filter((_, i) => answers[i].status === 'admitted');
+    return a.length >= 2 ? a : null;
+  }, 1000);
+  assert.ok(admitted, 'people are admitted before the outage');
+  const pid = Number(process.env.ORIGIN_PID);
+  process.kill(pid, 'SIGSTOP');
+  try {
+    await sleep(4000);
+    await Promise.all(people.map((p) => pollAnyway(sale, p)));
+    await sleep(12_000);
+    await Promise.all(people.map((p) => pollAnyway(sale, p)));
+    // 40 s in all: the last polls were 24 s ago when it ends, and 39 s ago
+    // 15 s later, though the frontier stood still for most of that.
+    await sleep(24_000);
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+  await sleep(15_000);
+  for (const p of admitted) {
+    const s = await status(sale, p);
+    assert.equal(s.status, 'admitted', `${p.account} keeps the turn: ${JSON.stringify(s)}`);
+  }
+});
+
+test('a sold-out spell of 35 s costs an admitted person who keeps polling nothing: when the unit comes back, they are still admitted', async () => {
+  const sale = `e2e-soldout-turns-${rid()}`;
+  createSale({
+    sale, name: 'E2E turns through sold out', units: 1, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 2,
+  });
+  const [a, b] = [`so-a-${rid()}`, `so-b-${rid()}`].map((account) => ({ account }));
+  await join(sale, a);
+  await join(sale, b);
+  const both = await until(30_000, async () => {
+    const [sa, sb] = [await status(sale, a), await status(sale, b)];
+    if (sb.admission_token) b.admit = sb.admission_token;
+    return sa.status === 'admitted' && sb.status === 'admitted';
+  }, 500);
+  assert.ok(both, 'A and B are admitted (two turns for one unit)');
+  const r = await call('POST', `${EDGE}/api/sales/${sale}/reservations`, {
+    token: b.admit, body: { qty: 1 }, headers: { 'idempotency-key': `b-${rid()}` },
+  });
+  assert.equal(r.status, 202, JSON.stringify(r.body));
+  const soldOut = await until(20_000, async () => (await status(sale, a)).status === 'sold_out', 1000);
+  assert.ok(soldOut, 'A is told the sale is sold out');
+  // A keeps polling through the spell, as the page does (every ~7.5 s).
+  const end = Date.now() + 35_000;
+  while (Date.now() < end) {
+    await status(sale, a);
+    await sleep(7000);
+  }
+  const cancel = await call('DELETE', `${EDGE}/api/reservations/${r.body.reservation_id}`, { token: b.admit });
+  assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+  const back = await until(30_000, async () => {
+    const s = await status(sale, a);
+    assert.notEqual(s.reason, 'abandoned', `A lost the turn: ${JSON.stringify(s)}`);
+    return s.status === 'admitted';
+  }, 1000);
+  assert.ok(back, 'A is admitted again once the unit is back');
+});
