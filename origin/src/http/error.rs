@@ -54,8 +54,8 @@ pub const ERROR_CODES: &[&str] = &[
     "sold_out",
     "summary_unavailable",
     "token_alg_refused",
-    "token_bad_subject",
     "token_bad_signature",
+    "token_bad_subject",
     "token_expired",
     "token_malformed",
     "token_missing",
@@ -271,6 +271,7 @@ mod tests {
             T::Expired,
             T::NotYetValid,
             T::AlgRefused,
+            T::BadSubject,
         ];
         let signature = [S::Missing, S::Malformed, S::Stale, S::Mismatch];
         for code in token
