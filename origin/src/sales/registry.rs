@@ -68,6 +68,8 @@ pub struct SaleRegistry {
     first_loads: FirstLoads,
     /// Bounds the first loads running at once ([`FIRST_LOADS_AT_ONCE`]).
     loading: Arc<tokio::sync::Semaphore>,
+    /// First loads that reached Postgres, by this registry.
+    loads: Arc<std::sync::atomic::AtomicU64>,
     flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
     pub epoch: Instant,
 }
@@ -88,6 +90,7 @@ impl SaleRegistry {
                 .time_to_live(NEGATIVE_TTL)
                 .build(),
             loading: Arc::new(tokio::sync::Semaphore::new(FIRST_LOADS_AT_ONCE)),
+            loads: Arc::default(),
             flags: Default::default(),
             epoch: Instant::now(),
         }
@@ -133,6 +136,7 @@ impl SaleRegistry {
         let (pool, prefix) = (self.pool.clone(), self.prefix.clone());
         let owned = id.to_string();
         let loading = self.loading.clone();
+        let loads = self.loads.clone();
         let sale = self
             .first_loads
             .try_get_with(id.to_string(), async move {
@@ -142,6 +146,7 @@ impl SaleRegistry {
                     .and_then(Result::ok)
                     .ok_or(sqlx::Error::PoolTimedOut)?;
                 metrics::counter!("flashsale_sale_config_loads_total").increment(1);
+                loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 load_sale(&pool, &owned)
                     .await
                     .map(|c| c.map(|cfg| Arc::new(Sale::new(cfg, &prefix))))
@@ -160,6 +165,12 @@ impl SaleRegistry {
                 });
         }
         Ok(sale)
+    }
+
+    /// First loads this registry sent to Postgres (the process-wide figure
+    /// is `flashsale_sale_config_loads_total`).
+    pub fn first_loads_sent(&self) -> u64 {
+        self.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// First loads remembered now (mostly unknown ids); bounded by the
