@@ -287,10 +287,41 @@ impl<S: Sql> Coordinator<S> {
         }
     }
 
+    /// Every shard's `/poke` with the sale's end, once it has changed since
+    /// the shards were last told (an operator extended or moved it). A
+    /// shard learns the end from the joins it gets, and stops its alarm,
+    /// and so its reports, at the end it knows: one that got no join since
+    /// the change kept reporting until the old end, and later arrivals
+    /// stayed without a place on every shard (issue 44 #6). The first end
+    /// seen is only recorded: the shards learnt it with their joins.
+    fn end_changes(&self) -> Vec<(u32, Value)> {
+        let ends = self.meta.u64("ends_at_ms");
+        let now = ends.map_or_else(|| "none".to_string(), |e| e.to_string());
+        let told = self.meta.get("ends_told");
+        if told.as_deref() == Some(now.as_str()) {
+            return Vec::new();
+        }
+        if self.set("ends_told", now.as_str()).is_err() || told.is_none() {
+            return Vec::new();
+        }
+        (0..self.shards())
+            .map(|k| {
+                let body = json!({"sub": "-", "shard": k, "shards": self.shards(),
+                                  "starts_at_ms": self.meta.u64("starts_at_ms"),
+                                  "ends_at_ms": ends});
+                (k, body)
+            })
+            .collect()
+    }
+
     /// The shards to wake at `now` and each one's `/poke` body: those that
     /// have not sent their index (nobody joined them, or they were evicted
     /// between steps), at most once a second, never once drawn.
     pub fn pokes(&self, now: u64) -> Vec<(u32, Value)> {
+        let told = self.end_changes();
+        if !told.is_empty() {
+            return told;
+        }
         if self.drawn() || now.saturating_sub(self.poked_ms.get()) < POKE_EVERY_MS {
             return Vec::new();
         }
@@ -1710,6 +1741,32 @@ mod tests {
             abandoned.len() as u64 + 1,
             "the abandoned places and place 2 (held), place 1 once"
         );
+    }
+
+    /// Issue 44 #6: an operator moves the sale's end; every shard is told
+    /// (a `/poke` with the new end), once, whether or not a join reaches it.
+    #[test]
+    fn a_changed_end_is_told_to_every_shard_once() {
+        let (c, world, _) = sale(0, 3);
+        let now = START + 1_000;
+        let ends = |v: &Vec<(u32, Value)>| {
+            v.iter()
+                .map(|(k, b)| (*k, b["ends_at_ms"].as_u64()))
+                .collect::<Vec<_>>()
+        };
+        c.pokes(now);
+        assert!(c.end_changes().is_empty(), "the first end is only recorded");
+        let mut later = summary(3, 1_000);
+        later["ends_at"] = json!((START + 7_200_000).to_string());
+        c.apply_config(&later, now, &world).unwrap();
+        let told = c.pokes(now);
+        assert_eq!(
+            ends(&told),
+            (0..3)
+                .map(|k| (k, Some(START + 7_200_000)))
+                .collect::<Vec<_>>()
+        );
+        assert!(c.end_changes().is_empty(), "told once");
     }
 
     #[test]
