@@ -12,6 +12,8 @@
       why_leaf: 'your receipt is not for your account', why_path: 'your entry is not in the sealed list',
       why_key: 'the mixing key is not made from the seed, the sealed list and the beacon',
       why_place: 'the list does not have you at your place', why_error: 'the receipt could not be fetched',
+      why_rank: 'the people next to you in the list are not in the order the published numbers give',
+      why_count: 'the published list does not have the {n} people of the sealed set',
     },
     vi: {
       check_not_yet: 'Biên nhận của bạn có khi bốc thăm xong — hãy thử lại sau giây lát.',
@@ -22,14 +24,21 @@
       why_leaf: 'biên nhận không phải của tài khoản bạn', why_path: 'bạn không có trong danh sách niêm phong',
       why_key: 'khóa trộn không được tạo từ hạt giống, danh sách niêm phong và số ngẫu nhiên công khai',
       why_place: 'danh sách không có bạn ở vị trí của bạn', why_error: 'không lấy được biên nhận',
+      why_rank: 'những người cạnh bạn trong danh sách không theo thứ tự mà các số công bố cho ra',
+      why_count: 'danh sách công bố không có đủ {n} người của danh sách niêm phong',
     },
   };
   // "Check my draw" (DESIGN.md "The draw, v2"), all in the browser with
   // WebCrypto: the receipt's leaf is SHA-256("fs-leaf:" ‖ account ‖ ":" ‖
   // hex(salt)); its RFC 6962 audit path leads to the published
   // entrants_root; SHA-256(seed) is the commitment published before anyone
-  // joined; key = SHA-256(seed ‖ root ‖ beacon); and the listing has this
-  // leaf at the receipt's place with value SHA-256(key ‖ leaf).
+  // joined; key = SHA-256(seed ‖ root ‖ beacon); the listing has this
+  // leaf at the receipt's place with value SHA-256(key ‖ leaf); the
+  // neighbours on either side have their values recomputed from their
+  // leaves, below and above the holder's (a listing that moved the holder
+  // shows out of order there; issue 44 #8: the entry at the place alone,
+  // from the same edge, proved nothing about the rank); and the listing
+  // ends exactly at the sealed set's count.
   const fromHex = (h) => new Uint8Array((h || '').match(/../g)?.map((x) => parseInt(x, 16)) || []);
   const toHex = (b) => [...new Uint8Array(b)].map((x) => x.toString(16).padStart(2, '0')).join('');
   const cat = (...parts) => {
@@ -77,12 +86,29 @@
     else if (await rootFromPath(leaf, rc.leaf_index, d.entrants, (rc.audit_path || []).map(fromHex)) !== d.entrants_root) why = 'why_path';
     else if (toHex(await sha(fromHex(d.seed), fromHex(d.entrants_root), beacon)) !== d.key) why = 'why_key';
     else {
-      const l = await api('GET', `/api/sales/${encodeURIComponent(sale)}/draw?from=${rc.place}&limit=1`);
-      const e = l.data && l.data.entries && l.data.entries[0];
+      const from = Math.max(1, rc.place - 1);
+      const l = await api('GET', `/api/sales/${encodeURIComponent(sale)}/draw?from=${from}&limit=3`);
+      const near = (l.data && l.data.entries) || [];
+      const e = near.find((x) => x.place === rc.place);
       const value = toHex(await sha(fromHex(d.key), leaf));
-      if (!e || e.place !== rc.place || e.leaf !== rc.leaf || e.value !== value) why = 'why_place';
+      if (!e || e.leaf !== rc.leaf || e.value !== value) why = 'why_place';
+      else {
+        for (let i = 0; i < near.length && !why; i++) {
+          const x = near[i];
+          const v = toHex(await sha(fromHex(d.key), fromHex(x.leaf)));
+          if (x.value !== v || x.place !== from + i) why = 'why_rank';
+          else if (i > 0 && !(near[i - 1].value < x.value)) why = 'why_rank';
+        }
+        const expected = Math.min(3, d.entrants - from + 1);
+        if (!why && near.length !== expected) why = 'why_count';
+      }
+      if (!why) {
+        const end = await api('GET', `/api/sales/${encodeURIComponent(sale)}/draw?from=${d.entrants}&limit=2`);
+        const tail = (end.data && end.data.entries) || [];
+        if (tail.length !== 1 || tail[0].place !== d.entrants) why = 'why_count';
+      }
     }
-    return why ? t('check_bad', { why: t(why) })
+    return why ? t('check_bad', { why: t(why, { n: num(d.entrants) }) })
       : t('check_ok', { n: num(d.entrants), place: num(rc.place) });
   };
 
