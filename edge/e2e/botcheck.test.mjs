@@ -311,3 +311,25 @@ test('a Turnstile sale: the edge asks the configured siteverify (a local stand-i
     server.close();
   }
 });
+
+test('a bot-checked join with a body over 1 KiB is refused 413, by its length or while streamed, before it is read whole', async () => {
+  // Issue 44 #7: bodies were read whole, then measured; one large request
+  // could take an isolate's memory. (SALE is the proof-of-work sale above.)
+  const token = userToken(`big-${rid()}`);
+  const big = JSON.stringify({ challenge: 'x'.repeat(2 * 1024 * 1024), nonce: '1' });
+  refused(await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token, body: big }), 413, 'body_too_large');
+  const chunks = 64;
+  const stream = new ReadableStream({
+    pull(controller) {
+      if (this.sent === undefined) this.sent = 0;
+      if (this.sent++ >= chunks) controller.close();
+      else controller.enqueue(new TextEncoder().encode('y'.repeat(1024)));
+    },
+  });
+  const r = await fetch(`${EDGE}/api/sales/${SALE}/queue`, {
+    method: 'POST', body: stream, duplex: 'half',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    signal: AbortSignal.timeout(15_000),
+  });
+  refused({ status: r.status, body: await r.json() }, 413, 'body_too_large');
+});

@@ -548,3 +548,41 @@ test('first polls of people who arrived in the same seconds cost one object call
   assert.equal(new Set(places).size, M, 'places are distinct');
   assert.ok(calls <= seconds + 2, `${calls} object calls for ${M} first polls over ${seconds} arrival seconds`);
 });
+
+test('anonymous metrics scrapes and listing pages of any from/limit reach the coordinator a bounded number of times', async () => {
+  // Issue 44 #3: every scrape ran a snapshot in the coordinator, and each
+  // distinct from/limit pair was a new cache entry and a /listing call.
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  await sleep(1100);
+  const before = await doRequests();
+  const t0 = Date.now();
+  const REQUESTS = 1000;
+  await pool(Array.from({ length: REQUESTS / 2 }, (_, i) => i), 16, async (i) => {
+    const m = await call('GET', `${EDGE}/api/sales/${SALE}/metrics`);
+    assert.equal(m.status, 200, m.body);
+    const from = 1 + ((i * 7919) % N);
+    const limit = 1 + ((i * 104729) % 512);
+    const r = await call('GET', `${EDGE}/api/sales/${SALE}/draw?from=${from}&limit=${limit}`);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.entries[0]?.place, from, `from=${from}&limit=${limit}`);
+    assert.equal(r.body.entries.length, Math.min(limit, N - from + 1));
+  });
+  const elapsed = Date.now() - t0;
+  await sleep(1100);
+  const calls = (await doRequests()) - before;
+  // A listing page once per location, a metrics figure once a second,
+  // snapshot refreshes (2.5 s) and the summaries' own.
+  const allowed = Math.ceil(N / 512) + 2 * Math.ceil(elapsed / 1000) + 4;
+  assert.ok(calls <= allowed, `${calls} object calls for ${REQUESTS} anonymous requests in ${elapsed} ms (allowed ${allowed})`);
+  console.log(`# ${calls} coordinator calls per ${REQUESTS} anonymous metrics and listing requests (${elapsed} ms)`);
+  // Control: the counter moves with calls that must reach an object.
+  const c0 = await doRequests();
+  for (let i = 0; i < 8; i++) {
+    assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+    const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(lastLate.account) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+  }
+  await sleep(1100);
+  const control = (await doRequests()) - c0;
+  assert.ok(control >= 8, `control: ${control} object calls for 8 joins without a ticket`);
+});

@@ -97,3 +97,24 @@ test('a sold-out spell of 35 s costs an admitted person who keeps polling nothin
   }, 1000);
   assert.ok(back, 'A is admitted again once the unit is back');
 });
+
+test('a person polling steadily across isolates keeps the turn: seen reports leave with the request, not with a later poll of the same isolate', async () => {
+  // Issue 44 #5: reports waited in the isolate that batched them for a
+  // later poll of the sale there; each poll here lands on a fresh isolate
+  // (DEV_MODE hook), as polls spread over a location's isolates do.
+  const sale = `e2e-isolates-turns-${rid()}`;
+  createSale({
+    sale, name: 'E2E turns across isolates', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 2,
+  });
+  const p = { account: `iso-${rid()}` };
+  await join(sale, p);
+  assert.ok(await until(30_000, async () => (await status(sale, p)).status === 'admitted', 500), 'admitted');
+  const end = Date.now() + 45_000;
+  while (Date.now() < end) {
+    await sleep(8000);
+    assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
+    const s = await status(sale, p);
+    assert.equal(s.status, 'admitted', `still admitted while polling: ${JSON.stringify(s)}`);
+  }
+});

@@ -306,6 +306,7 @@ fn summary() {}
         (status = 401, description = "`token_*`: a user token is required", body = ErrorBody),
         (status = 403, description = "`bot_check_required`, `bot_check_failed`, `challenge_expired`, `challenge_reused`, `challenge_invalid`", body = ErrorBody),
         (status = 404, description = "`sale_not_found`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`: a bot-check body over 1 KiB (by its Content-Length, or while read)", body = ErrorBody),
         (status = 429, description = "`too_many_joins` (`Retry-After: 60`)", body = ErrorBody),
         (status = 503, description = "`bot_check_unavailable`, `queue_unavailable`, `origin_unavailable`", body = ErrorBody),
     ))]

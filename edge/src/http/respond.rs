@@ -41,6 +41,27 @@ pub(crate) fn error_response(e: &ApiError) -> Result<Response> {
         .with_headers(headers))
 }
 
+/// The request's body, at most `max` bytes: refused (413) by its
+/// `Content-Length` before a byte is read, and while streaming once it
+/// passes `max` (`api::bodies::Limited`).
+pub(crate) async fn body_limited(
+    req: &mut worker::Request,
+    max: usize,
+) -> Result<Vec<u8>, ApiError> {
+    use futures::StreamExt;
+    let declared = req.headers().get("content-length").ok().flatten();
+    let mut body = crate::api::bodies::Limited::new(max, declared.as_deref())?;
+    let Ok(mut stream) = req.stream() else {
+        // No body at all.
+        return Ok(Vec::new());
+    };
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(internal)?;
+        body.push(&chunk)?;
+    }
+    Ok(body.into_bytes())
+}
+
 /// Query parameter `name` of a URL.
 pub(crate) fn query(url: &worker::Url, name: &str) -> Option<String> {
     url.query_pairs()

@@ -136,8 +136,64 @@ pub fn listing_page(from: Option<String>, limit: Option<String>) -> ApiResult<(u
     Ok((from, limit))
 }
 
+/// The listing pages that cover places `from .. from + limit`, by their
+/// first place: pages of [`LISTING_MAX`] aligned at 1, 513, 1025, … The
+/// coordinator is only ever asked for these, so however many `from`/`limit`
+/// pairs anonymous callers try, a sale's cache holds one entry per page of
+/// entrants, and a page costs one coordinator call per location (issue 44
+/// #3: each distinct pair was a new cache entry and a `/listing` call).
+pub fn aligned_pages(from: u64, limit: u64) -> Vec<u64> {
+    let page = LISTING_MAX;
+    let first = (from.max(1) - 1) / page * page + 1;
+    let last = (from.max(1) + limit.max(1) - 2) / page * page + 1;
+    (0..)
+        .map(|i| first + i * page)
+        .take_while(|p| *p <= last)
+        .collect()
+}
+
+/// The entries of `pages` (coordinator answers `{"entries": [{place, …}]}`)
+/// whose place is in `from .. from + limit`, in place order, as the listing
+/// answer.
+pub fn listing_slice(pages: &[Value], from: u64, limit: u64) -> Value {
+    let end = from.saturating_add(limit);
+    let entries: Vec<&Value> = pages
+        .iter()
+        .filter_map(|p| p["entries"].as_array())
+        .flatten()
+        .filter(|e| e["place"].as_u64().is_some_and(|pl| pl >= from && pl < end))
+        .collect();
+    json!({ "entries": entries })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn any_listing_request_maps_to_at_most_two_aligned_pages() {
+        assert_eq!(aligned_pages(1, 512), vec![1]);
+        assert_eq!(aligned_pages(1, 1), vec![1]);
+        assert_eq!(aligned_pages(512, 1), vec![1]);
+        assert_eq!(aligned_pages(513, 512), vec![513]);
+        assert_eq!(aligned_pages(500, 100), vec![1, 513]);
+        for from in [1u64, 2, 77, 511, 512, 513, 10_000, u64::MAX / 4] {
+            for limit in [1u64, 2, 100, 511, 512] {
+                let pages = aligned_pages(from, limit);
+                assert!((1..=2).contains(&pages.len()), "{from} {limit}: {pages:?}");
+                assert!(pages.iter().all(|p| (p - 1) % LISTING_MAX == 0));
+                assert!(pages[0] <= from && from + limit <= pages.last().unwrap() + LISTING_MAX);
+            }
+        }
+        let page = |start: u64| json!({"entries": (start..start + LISTING_MAX).map(|p| json!({"place": p})).collect::<Vec<_>>()});
+        let v = listing_slice(&[page(1), page(513)], 510, 5);
+        let places: Vec<u64> = v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["place"].as_u64().unwrap())
+            .collect();
+        assert_eq!(places, vec![510, 511, 512, 513, 514]);
+    }
+
     use std::rc::Rc;
 
     use super::*;

@@ -8,15 +8,16 @@ use serde_json::{Value, json};
 use worker::{Cache, Env, Method, Request, Response};
 
 use crate::api::error::{ApiError, ApiResult};
+use crate::draw::freeze::LISTING_MAX;
 use crate::draw::hash;
 use crate::http::cache::{cache_key, cache_put_json};
 use crate::http::keys::{bearer_of, ring, ticket_claims};
 use crate::http::origin::origin_summary;
 use crate::http::respond::{internal, json_response, query};
-use crate::queue::poll::listing_page;
+use crate::queue::poll::{aligned_pages, listing_page, listing_slice};
 use crate::queue::shards;
 use crate::worker::calls::call_coordinator;
-use crate::worker::pieces::{immutable, prequeue_place};
+use crate::worker::pieces::{fresh_for, immutable, prequeue_place};
 use crate::worker::snapshot::snapshot;
 
 /// `GET /api/sales/{sale}/draw`: the draw as published (commitment, and
@@ -64,11 +65,16 @@ pub(crate) async fn draw_audit(env: &Env, req: &Request, sale: &str) -> ApiResul
         )
         .retry_after(1));
     }
-    let id = format!("{sale}/{}/list/{from}/{limit}", snap.commitment);
-    let path = format!("/listing?from={from}&limit={limit}");
-    let v = immutable(&id, call_coordinator(env, sale, Method::Get, &path, None))
-        .await
-        .ok_or_else(|| ApiError::new(503, "queue_unavailable", "try again").retry_after(1))?;
+    let mut pages = Vec::new();
+    for start in aligned_pages(from, limit) {
+        let id = format!("{sale}/{}/page/{start}", snap.commitment);
+        let path = format!("/listing?from={start}&limit={LISTING_MAX}");
+        let page = immutable(&id, call_coordinator(env, sale, Method::Get, &path, None))
+            .await
+            .ok_or_else(|| ApiError::new(503, "queue_unavailable", "try again").retry_after(1))?;
+        pages.push(page);
+    }
+    let v = listing_slice(&pages, from, limit);
     json_response(200, &v, "public, max-age=86400, immutable").map_err(internal)
 }
 
@@ -129,11 +135,21 @@ fn not_in_draw() -> ApiError {
 }
 
 /// `GET /api/sales/{sale}/metrics`: the coordinator's admission figures as
-/// Prometheus text (`metrics::render`), for a scraper; never cached.
+/// Prometheus text (`metrics::render`), for a scraper; at most a second old
+/// (not cached downstream).
 pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
     // Unknown sales are refused before an object is created for them.
     origin_summary(env, sale).await?;
-    let v = call_coordinator(env, sale, Method::Get, "/metrics", None).await?;
+    // At most one coordinator call per second per location however many
+    // ask (issue 44 #3: each scrape ran a full snapshot in the sale's one
+    // coordinator, which anonymous callers could flood).
+    let id = format!("{sale}/metrics");
+    let v = fresh_for(
+        &id,
+        1_000,
+        call_coordinator(env, sale, Method::Get, "/metrics", None),
+    )
+    .await?;
     let f: crate::api::metrics::AdmissionFigures = serde_json::from_value(v)
         .map_err(|_| ApiError::new(502, "queue_error", "bad admission figures"))?;
     let headers = worker::Headers::new();

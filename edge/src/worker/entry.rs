@@ -21,7 +21,7 @@ use crate::botcheck::turnstile;
 use crate::guard::config;
 use crate::http::keys::ring;
 use crate::http::origin::{origin_summary, origin_url, recent_summary};
-use crate::http::respond::{error_response, internal, json_response, now_ms};
+use crate::http::respond::{body_limited, error_response, internal, json_response, now_ms};
 use crate::worker::reserve::{forward, forward_reservation, reserve};
 use crate::worker::summary::summary;
 use crate::worker::{audit, join, memory, pieces, snapshot, status};
@@ -66,7 +66,7 @@ fn health(env: &Env) -> ApiResult<Response> {
 }
 
 #[event(fetch)]
-async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
+async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
     if let Err(e) = check_config(&env) {
         return error_response(&e);
     }
@@ -131,6 +131,11 @@ async fn fetch(req: Request, env: Env, _ctx: Context) -> Result<Response> {
         Route::MethodNotAllowed => Err(ApiError::method_not_allowed()),
         Route::NotFound => Err(ApiError::not_found()),
     };
+    // Seen reports this request (or an earlier one) batched are sent after
+    // the answer, whatever request comes next to this isolate.
+    if let Some(flush) = status::scheduled_flush(&env) {
+        ctx.wait_until(flush);
+    }
     match out {
         Ok(r) => Ok(r),
         Err(e) => error_response(&e),
@@ -206,7 +211,7 @@ async fn turnstile_sale(env: &Env, sale: &str) -> bool {
 /// Dev mode only: a `user` token for a typed name (the shop's login in
 /// production).
 async fn dev_token(env: &Env, mut req: Request) -> ApiResult<Response> {
-    let body = req.bytes().await.map_err(internal)?;
+    let body = body_limited(&mut req, crate::api::bodies::MAX_DEV_BODY_LEN).await?;
     let name = crate::api::bodies::dev_token_name(&body)?;
     let name = name.as_str();
     let ring = ring(env, "USER_TOKEN_KEYS")?;

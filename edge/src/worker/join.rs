@@ -27,7 +27,7 @@ use crate::botcheck::turnstile::{TURNSTILE_SITEVERIFY, read_siteverify, siteveri
 use crate::guard::limit::{self, JOIN_LIMIT_PERIOD_S};
 use crate::http::keys::{bearer_of, ring};
 use crate::http::origin::send_with_timeout;
-use crate::http::respond::{internal, now_ms, query};
+use crate::http::respond::{body_limited, internal, now_ms, query};
 use crate::queue::poll;
 use crate::queue::shards;
 use crate::queue::status::{self, TICKET_TTL_SECS};
@@ -109,7 +109,7 @@ async fn check_bot(
     if check == BotCheck::None {
         return Ok(None);
     }
-    let body = req.bytes().await.unwrap_or_default();
+    let body = body_limited(req, crate::api::bodies::MAX_DEV_BODY_LEN).await?;
     let proof = crate::api::bodies::join(&body)?;
     let BotCheck::Pow(bits) = check else {
         turnstile(env, req, &proof).await?;
@@ -326,7 +326,7 @@ async fn again_if_abandoned(
 /// DEV_MODE only (the router checks): loads synthetic pre-queue entrants
 /// `prefix-i`, `i` in `from..to`, into the sale's shards.
 pub(crate) async fn bulk(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
-    let body = req.bytes().await.map_err(internal)?;
+    let body = body_limited(&mut req, crate::api::bodies::MAX_DEV_BODY_LEN).await?;
     let b = crate::api::bodies::dev_bulk(&body)?;
     let cfg = sale_cfg(env, sale).await?;
     let mut added = 0u64;

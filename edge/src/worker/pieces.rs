@@ -30,6 +30,15 @@ use crate::worker::memory::{MAX_BUCKETS, MAX_SALES, bounded};
 /// Immutable pieces stay in the Cache API this long.
 const IMMUTABLE_SECS: u32 = 86_400;
 
+/// Most bytes the cached buckets may take in an isolate (of its 128 MB).
+const MAX_BUCKET_BYTES: usize = 32 * 1024 * 1024;
+
+/// Bytes a bucket of values takes in memory, about: each value's text and
+/// its `String`, and the `Vec` and map entry.
+fn bucket_bytes(values: &[String]) -> usize {
+    values.iter().map(|v| v.len() + 24).sum::<usize>() + 96
+}
+
 /// How long a request waits for another one fetching the same piece.
 const PIECE_WAIT_MS: u64 = 3_000;
 
@@ -39,14 +48,57 @@ thread_local! {
     static SECONDS: RefCell<HashMap<String, Rc<SecondArrivals>>> = RefCell::new(HashMap::new());
     /// Pieces being fetched by a request of this isolate (single flight).
     static LOADING: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
+    /// Bytes the cached buckets take (an estimate: see `bucket_bytes`).
+    static BUCKET_BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Short-lived answers (`fresh_for`): id → (fetched ms, value).
+    static FRESH: RefCell<HashMap<String, (u64, Value)>> = RefCell::new(HashMap::new());
 }
 
 /// Forgets the pieces (DEV_MODE hook).
 pub(crate) fn forget_memory() {
     INDEXES.with(|m| m.borrow_mut().clear());
     BUCKETS.with(|m| m.borrow_mut().clear());
+    BUCKET_BYTES.with(|b| b.set(0));
     SECONDS.with(|m| m.borrow_mut().clear());
     LOADING.with(|m| m.borrow_mut().clear());
+    FRESH.with(|m| m.borrow_mut().clear());
+}
+
+/// An answer at most `max_age_ms` old, shared by the requests of this
+/// isolate: one `load` at a time (others wait for it, then read it), so a
+/// crowd asking at once costs one object call per `max_age_ms` per
+/// isolate, not one each (issue 44 #3).
+pub(crate) async fn fresh_for(
+    id: &str,
+    max_age_ms: u64,
+    load: impl Future<Output = ApiResult<Value>>,
+) -> ApiResult<Value> {
+    let fresh = || {
+        FRESH.with(|m| {
+            m.borrow()
+                .get(id)
+                .filter(|(at, _)| now_ms().saturating_sub(*at) < max_age_ms)
+                .map(|(_, v)| v.clone())
+        })
+    };
+    if let Some(v) = fresh() {
+        return Ok(v);
+    }
+    await_piece(id, || fresh().is_some()).await;
+    if let Some(v) = fresh() {
+        return Ok(v);
+    }
+    let _loading = Loading::start(id);
+    let v = load.await?;
+    FRESH.with(|m| {
+        bounded(
+            &mut m.borrow_mut(),
+            MAX_SALES,
+            id.to_string(),
+            (now_ms(), v.clone()),
+        )
+    });
+    Ok(v)
 }
 
 /// The place of a ticket's holder once it is final: from the ticket, or
@@ -106,6 +158,9 @@ pub(crate) async fn immutable(
     id: &str,
     load: impl Future<Output = ApiResult<Value>>,
 ) -> Option<Value> {
+    // Another request of this isolate fetching it: wait, then read what it
+    // cached, instead of a second fetch (a crowd asking for one page).
+    await_piece(id, || false).await;
     let _loading = Loading::start(id);
     immutable_uncounted(id, load).await
 }
@@ -159,7 +214,21 @@ async fn bucket(
     let v = immutable(&id, call_shard(env, sale, k, Method::Get, &path, None)).await?;
     let x: Vec<String> = serde_json::from_value(v["values"].clone()).ok()?;
     let x = Rc::new(x);
-    BUCKETS.with(|m| bounded(&mut m.borrow_mut(), MAX_BUCKETS, id, x.clone()));
+    // Bounded by bytes as well as by count: 4,096 buckets of 512 values are
+    // ~180 MB, more than an isolate's 128 MB (issue 44 #7).
+    let bytes = bucket_bytes(&x);
+    BUCKETS.with(|m| {
+        let mut m = m.borrow_mut();
+        if BUCKET_BYTES.with(|b| b.get()) + bytes > MAX_BUCKET_BYTES {
+            m.clear();
+            BUCKET_BYTES.with(|b| b.set(0));
+        }
+        if m.len() >= MAX_BUCKETS {
+            BUCKET_BYTES.with(|b| b.set(0));
+        }
+        bounded(&mut m, MAX_BUCKETS, id, x.clone());
+        BUCKET_BYTES.with(|b| b.set(b.get() + bytes));
+    });
     Some(x)
 }
 

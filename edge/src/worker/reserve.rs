@@ -23,7 +23,7 @@ use crate::api::trace;
 use crate::guard::limit::Limiter;
 use crate::http::keys::{bearer_of, ring};
 use crate::http::origin::{origin_url, send_with_timeout};
-use crate::http::respond::{error_response, internal, now_ms};
+use crate::http::respond::{body_limited, error_response, internal, now_ms};
 use crate::http::sold_out::{held_key_known, remember_held_key, set_sold_out, sold_out_known};
 use crate::worker::calls::{tell_held, tell_sold_out};
 
@@ -72,14 +72,7 @@ pub(crate) async fn forward(
     let mut init = RequestInit::new();
     init.with_method(method.clone()).with_headers(headers);
     if method == Method::Post {
-        let body = req.bytes().await.unwrap_or_default();
-        if body.len() > 16 * 1024 {
-            return Err(ApiError::new(
-                413,
-                "body_too_large",
-                "request body too large",
-            ));
-        }
+        let body = body_limited(&mut req, crate::api::bodies::MAX_FORWARDED_BODY_LEN).await?;
         let arr = js_sys::Uint8Array::from(body.as_slice());
         init.with_body(Some(arr.into()));
     }

@@ -8,8 +8,9 @@
 //! per shard per 2 s per isolate; issue 13's abandoned turns); no poll
 //! waits more than `PLACE_BUDGET_MS` for its place.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use serde_json::{Value, json};
 use token::{Claims, TicketData, TokenType};
@@ -52,7 +53,10 @@ thread_local! {
     /// person was seen.
     static SEEN: RefCell<HashMap<String, u64>> = RefCell::new(HashMap::new());
     /// `sale/shard` → seen reports not yet sent.
-    static SEEN_BATCH: RefCell<HashMap<String, SeenBatch>> = RefCell::new(HashMap::new());
+    static SEEN_BATCH: RefCell<HashMap<String, Rc<RefCell<SeenBatch>>>> = RefCell::new(HashMap::new());
+    /// A request's `waitUntil` will send the pending batches
+    /// ([`scheduled_flush`]).
+    static FLUSH_SCHEDULED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// One seen report: `(sub, place, seen ms)`.
@@ -70,6 +74,7 @@ struct SeenBatch {
 pub(crate) fn forget_memory() {
     SEEN.with(|m| m.borrow_mut().clear());
     SEEN_BATCH.with(|m| m.borrow_mut().clear());
+    FLUSH_SCHEDULED.with(|f| f.set(false));
 }
 
 /// The status answer of the holder of `ticket` at `now` (the sale's
@@ -197,11 +202,10 @@ pub(crate) async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult
 /// Tells the account's shard an admitted person was seen (at their poll's
 /// time): at most once per [`SEEN_EVERY_MS`] per person and isolate, in
 /// batches of one call per shard per [`SEEN_FLUSH_MS`] — a batch starts
-/// when its first report comes and is sent by the first poll of the sale
-/// (any poll) that finds it due — so admitted people's polls cost their
-/// shard a write per batch, not per poll, and a fresh isolate none at once.
-/// Best effort: a lost report is made up by the next poll (~10 s later,
-/// inside the 30 s).
+/// when its first report comes and is sent by the `waitUntil` of the
+/// request that started it ([`scheduled_flush`]), or by an earlier poll
+/// that finds it due — so admitted people's polls cost their shard a write
+/// per batch, not per poll.
 async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
     let key = format!("{sale}/{sub}");
     let now = now_ms();
@@ -214,43 +218,107 @@ async fn seen(env: &Env, sale: &str, sub: &str, shard: u32, place: u64) {
         return;
     }
     SEEN.with(|m| bounded(&mut m.borrow_mut(), MAX_JOINED, key, now));
-    SEEN_BATCH.with(|m| {
+    let full = SEEN_BATCH.with(|m| {
         let mut m = m.borrow_mut();
         let batch_key = format!("{sale}/{shard}");
+        // Full: the batches are dropped from the map, not lost: a flush
+        // already scheduled holds them (`scheduled_flush`).
         if m.len() >= MAX_SALES && !m.contains_key(&batch_key) {
             m.clear();
         }
-        let b = m.entry(batch_key).or_insert_with(|| SeenBatch {
-            sale: sale.to_string(),
-            shard,
-            started: now,
-            pending: Vec::new(),
+        let b = m.entry(batch_key).or_insert_with(|| {
+            Rc::new(RefCell::new(SeenBatch {
+                sale: sale.to_string(),
+                shard,
+                started: now,
+                pending: Vec::new(),
+            }))
         });
+        let mut b = b.borrow_mut();
         if b.pending.is_empty() {
             b.started = now;
         }
         b.pending.push((sub.to_string(), place, now));
+        b.pending.len() >= SEEN_BATCH_MAX
     });
-    flush_seen(env, sale).await;
+    if full {
+        flush_seen(env, sale).await;
+    }
+}
+
+/// The pending seen batches' delivery, for the request's `waitUntil`
+/// (`worker/entry.rs`): sent [`SEEN_FLUSH_MS`] from now whatever comes
+/// next. They used to wait for a later poll of the same sale in the same
+/// isolate, and were lost with the isolate, or never sent when the
+/// person's next polls went to other isolates (issue 44 #5: a person
+/// polling steadily across isolates lost the turn at 30 s). The future
+/// holds the batches themselves, so an isolate's memory being dropped
+/// meanwhile loses none. `None` when nothing is pending or a delivery is
+/// already scheduled.
+pub(crate) fn scheduled_flush(
+    env: &Env,
+) -> Option<impl std::future::Future<Output = ()> + 'static> {
+    if FLUSH_SCHEDULED.with(Cell::get) {
+        return None;
+    }
+    let batches: Vec<Rc<RefCell<SeenBatch>>> = SEEN_BATCH.with(|m| {
+        m.borrow()
+            .values()
+            .filter(|b| !b.borrow().pending.is_empty())
+            .cloned()
+            .collect()
+    });
+    if batches.is_empty() {
+        return None;
+    }
+    FLUSH_SCHEDULED.with(|f| f.set(true));
+    let env = env.clone();
+    Some(async move {
+        worker::Delay::from(std::time::Duration::from_millis(SEEN_FLUSH_MS)).await;
+        FLUSH_SCHEDULED.with(|f| f.set(false));
+        // The batches held since scheduling, and those begun since.
+        let mut batches = batches;
+        SEEN_BATCH.with(|m| {
+            for b in m.borrow().values() {
+                if !batches.iter().any(|held| Rc::ptr_eq(held, b)) {
+                    batches.push(b.clone());
+                }
+            }
+        });
+        for b in batches {
+            let (sale, shard, batch) = {
+                let mut b = b.borrow_mut();
+                (b.sale.clone(), b.shard, std::mem::take(&mut b.pending))
+            };
+            if !batch.is_empty() {
+                send_seen(&env, &sale, shard, batch).await;
+            }
+        }
+    })
+}
+
+async fn send_seen(env: &Env, sale: &str, shard: u32, batch: Vec<SeenReport>) {
+    let body = json!({ "seen": batch });
+    let _ = call_shard(env, sale, shard, Method::Post, "/seen", Some(&body)).await;
 }
 
 /// Sends this sale's seen batches that are due (see [`seen`]).
 pub(crate) async fn flush_seen(env: &Env, sale: &str) {
     let now = now_ms();
     let due: Vec<(u32, Vec<SeenReport>)> = SEEN_BATCH.with(|m| {
-        m.borrow_mut()
-            .values_mut()
-            .filter(|b| {
-                b.sale == sale
+        m.borrow()
+            .values()
+            .filter_map(|b| {
+                let mut b = b.borrow_mut();
+                let due = b.sale == sale
                     && !b.pending.is_empty()
                     && (now.saturating_sub(b.started) >= SEEN_FLUSH_MS
-                        || b.pending.len() >= SEEN_BATCH_MAX)
+                        || b.pending.len() >= SEEN_BATCH_MAX);
+                due.then(|| (b.shard, std::mem::take(&mut b.pending)))
             })
-            .map(|b| (b.shard, std::mem::take(&mut b.pending)))
             .collect()
     });
     for (shard, batch) in due {
-        let body = json!({ "seen": batch });
-        let _ = call_shard(env, sale, shard, Method::Post, "/seen", Some(&body)).await;
+        send_seen(env, sale, shard, batch).await;
     }
 }
