@@ -40,6 +40,32 @@ quiet_port() {
     };
     tryOne(50);'
 }
+# A quiet port reserved for this stack until it exits: two stacks started
+# side by side (scripts/test) could otherwise pick the same port, each
+# checking it free before either listens (CI has seen EADDRINUSE). The
+# reservation is a directory (mkdir is atomic) holding the owner's pid; a
+# reservation whose owner is gone is taken over.
+PORT_LOCKS="${TMPDIR:-/tmp}/flashsale-e2e-ports"
+mkdir -p "$PORT_LOCKS"
+reserved_ports=()
+reserve_port() { # prints nothing; sets RESERVED
+  local p owner
+  for _ in $(seq 50); do
+    p="$(quiet_port)"
+    if mkdir "$PORT_LOCKS/$p" 2>/dev/null; then
+      echo $$ >"$PORT_LOCKS/$p/pid"
+      reserved_ports+=("$p")
+      RESERVED=$p
+      return 0
+    fi
+    owner="$(cat "$PORT_LOCKS/$p/pid" 2>/dev/null || true)"
+    if [[ -n $owner ]] && ! kill -0 "$owner" 2>/dev/null; then
+      rm -rf "$PORT_LOCKS/$p"
+    fi
+  done
+  echo "edge-stack: no port could be reserved" >&2
+  return 1
+}
 wait_http() { # url seconds
   local i
   for ((i = 0; i < $2 * 10; i++)); do
@@ -75,6 +101,7 @@ stack_cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   dropdb -h 127.0.0.1 -U postgres --if-exists "$stack_db" 2>/dev/null || true
+  for p in "${reserved_ports[@]}"; do rm -rf "${PORT_LOCKS:?}/$p"; done
   if [[ $code != 0 ]]; then
     echo "${STACK_NAME:-edge-stack}: failed; logs in $RUN_DIR" >&2
     tail -n 30 "$RUN_DIR"/*.log >&2 || true
@@ -113,11 +140,11 @@ else
 fi
 export REDIS_KEY_PREFIX="fs_edge_$run_id"
 export ORIGIN_DEV_MODE=1
-ORIGIN_PORT="$(free_port)"
-EDGE_PORT="$(free_port)"
-INSPECTOR_PORT="$(free_port)"
+reserve_port; ORIGIN_PORT=$RESERVED
+reserve_port; EDGE_PORT=$RESERVED
+reserve_port; INSPECTOR_PORT=$RESERVED
 # The e2e Turnstile test serves a stand-in siteverify on this port.
-TURNSTILE_PORT="$(quiet_port)"
+reserve_port; TURNSTILE_PORT=$RESERVED
 export TURNSTILE_PORT
 export ORIGIN_ADDR="127.0.0.1:$ORIGIN_PORT"
 
