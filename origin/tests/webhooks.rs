@@ -46,15 +46,7 @@ async fn a_failure_loading_the_sale_makes_the_provider_retry_and_decides_nothing
     })
     .await;
     app.create_sale(sale_spec("flaky", 2, 1, 1)).await;
-    let t = app.admit("finn", "flaky");
-    let (s, b, _) = app
-        .reserve("flaky", Some(&t), Some("k"), r#"{"qty":1}"#)
-        .await;
-    assert_eq!(s, 202, "{b}");
-    let id = b["reservation_id"].as_str().unwrap().to_string();
-    let (s, p) = app.purchase(&id, &t).await;
-    assert_eq!(s, 201, "{p}");
-    let pay = p["payment_id"].as_str().unwrap().to_string();
+    let (id, _, pay) = app.reserve_and_purchase("flaky", "finn").await;
 
     // A second origin (no request has made it load the sale yet).
     let other = OriginProcess::start(

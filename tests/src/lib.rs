@@ -450,6 +450,26 @@ impl TestApp {
         )
     }
 
+    /// One unit held for `account` in `sale` and a purchase of it started:
+    /// (reservation id, the admit token, the payment id). Panics on any
+    /// other answer.
+    pub async fn reserve_and_purchase(
+        &self,
+        sale: &str,
+        account: &str,
+    ) -> (String, String, String) {
+        let token = self.admit(account, sale);
+        let (s, b, _) = self
+            .reserve(sale, Some(&token), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        let id = b["reservation_id"].as_str().unwrap().to_string();
+        let (s, p) = self.purchase(&id, &token).await;
+        assert_eq!(s, 201, "{p}");
+        let payment = p["payment_id"].as_str().unwrap().to_string();
+        (id, token, payment)
+    }
+
     /// POST a payment provider event with `Payment-Signature: sig` (none
     /// when `None`); returns (status, JSON body). The app's webhook secret
     /// is [`WEBHOOK_SECRET`].

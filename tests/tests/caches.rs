@@ -76,15 +76,7 @@ async fn summaries_and_first_loads_are_single_flight_and_unknown_ids_bounded() {
 async fn random_sale_ids_cost_no_load_before_auth_and_never_starve_webhooks() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("guarded", 5, 1, 1)).await;
-    let t = app.admit("pia", "guarded");
-    let (s, b, _) = app
-        .reserve("guarded", Some(&t), Some("k"), r#"{"qty":1}"#)
-        .await;
-    assert_eq!(s, 202, "{b}");
-    let id = b["reservation_id"].as_str().unwrap().to_string();
-    let (s, p) = app.purchase(&id, &t).await;
-    assert_eq!(s, 201, "{p}");
-    let pay = p["payment_id"].as_str().unwrap().to_string();
+    let (_, t, pay) = app.reserve_and_purchase("guarded", "pia").await;
 
     // Token first: junk ids with no token, or another sale's token, load nothing.
     // This app's registry's own count: the metric is the whole process's,

@@ -645,16 +645,7 @@ impl Settler {
             self.engine.release(keys, shard, &id, "rejected").await?;
             out.rejected = 1;
         }
-        let _: (i64, i64) = self
-            .engine
-            .scripts
-            .settled
-            .key(&keys.stream)
-            .arg(GROUP)
-            .arg(&e.id)
-            .arg(&[e.id.as_str()])
-            .invoke_async(&mut conn)
-            .await?;
+        self.acknowledge(keys, &[e.id.as_str()]).await?;
         Ok(out)
     }
 
@@ -817,6 +808,15 @@ impl Settler {
         // Acknowledged, and the settled part of the stream dropped
         // (lua/settled.lua): one script, one round trip.
         let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        self.acknowledge(keys, &ids).await?;
+        metrics::histogram!("flashsale_settlement_batch_size").record(entries.len() as f64);
+        metrics::counter!("flashsale_settled_entries_total").increment(entries.len() as u64);
+        Ok(out)
+    }
+
+    /// Acknowledges entries `ids` of `keys`' stream and drops the settled
+    /// part of it (lua/settled.lua): one script, one round trip.
+    async fn acknowledge(&self, keys: &ShardKeys, ids: &[&str]) -> Result<(), SettleError> {
         let last = ids
             .iter()
             .copied()
@@ -829,12 +829,10 @@ impl Settler {
             .key(&keys.stream)
             .arg(GROUP)
             .arg(last)
-            .arg(&ids)
-            .invoke_async(&mut conn)
+            .arg(ids)
+            .invoke_async(&mut self.engine.conn.clone())
             .await?;
-        metrics::histogram!("flashsale_settlement_batch_size").record(entries.len() as f64);
-        metrics::counter!("flashsale_settled_entries_total").increment(entries.len() as u64);
-        Ok(out)
+        Ok(())
     }
 
     /// One shard's turn: take over stale pending entries (when `claim`),
