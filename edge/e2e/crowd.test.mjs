@@ -9,7 +9,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, QUEUE_SHARDS, bulkSalt, call, claims, createSale, drawKey, leafOf, merkleRoot, placesOf,
+  assertObjectCallsCounted, EDGE, QUEUE_SHARDS, bulkSalt, call, claims, createSale, drawKey, leafOf, merkleRoot, placesOf,
   pool, rid, sha256hex, shardOf, sign, sleep, userToken, until,
 } from './lib.mjs';
 
@@ -132,4 +132,5 @@ test(`${N} bulk-loaded entrants are drawn over ${QUEUE_SHARDS} shard(s) into the
   const steadySeen = QUEUE_SHARDS * (Math.ceil(s2 / 2) + 1);
   assert.ok(steady <= Math.ceil(s2 / 2) + 2 + steadySeen,
     `${steady} object calls for 1,000 polls in ${s2} s (${steadySeen} seen batches allowed)`);
+  await assertObjectCallsCounted(SALE, accounts[0]);
 });

@@ -102,6 +102,39 @@ export async function reservationRequests() {
 
 export const rid = () => randomBytes(4).toString('hex');
 
+/**
+ * The positive control of an object-call bound (issue 44 test audit): the
+ * counter the bounds read (`queue.do_requests`, reported about once a
+ * second) must count at least `n` calls for `n` joins of `account` from
+ * fresh isolates without a ticket, each of which reaches the account's
+ * shard. A bound read from a counter that did not move proves nothing.
+ */
+export async function assertObjectCallsCounted(sale, account, n = 6) {
+  const count = async () => (await call('GET', `${EDGE}/api/sales/${sale}`)).body.queue.do_requests;
+  await sleep(1100);
+  const before = await count();
+  for (let i = 0; i < n; i++) {
+    const f = await call('POST', `${EDGE}/api/dev/isolate/forget`);
+    if (f.status !== 200) throw new Error(`isolate forget: ${f.status}`);
+    const r = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(account) });
+    if (r.status !== 200) throw new Error(`control join: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+  // Shards report their calls with their next report (about a second, or
+  // later): wait for all n, then until the count stands still, so that none
+  // of them lands in the next measurement.
+  const enough = await until(15_000, async () => (await count()) - before >= n, 500);
+  const seen = (await count()) - before;
+  if (!enough) throw new Error(`control: ${seen} object calls counted for ${n} joins that each reach a shard`);
+  // (Each read of the count may itself refresh the summary: one call.)
+  let last = await count();
+  for (let i = 0; i < 8; i++) {
+    await sleep(2500);
+    const now = await count();
+    if (now - last <= 1) return;
+    last = now;
+  }
+}
+
 /** Polls `fn` until it returns a truthy value or `ms` pass. */
 export async function until(ms, fn, every = 250) {
   const end = Date.now() + ms;

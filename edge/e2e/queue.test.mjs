@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   EDGE, QUEUE_SHARDS, call, createSale, decode, drawKey, leafOf, listedDraw, listingOf, merkleRoot, origin,
-  placesOf, placeOf, pool, reservationRequests, rid,
+  assertObjectCallsCounted, placesOf, placeOf, pool, reservationRequests, rid,
   sha256hex, shardOf, sign, claims, sleep, spearman, userToken, until,
 } from './lib.mjs';
 
@@ -495,6 +495,7 @@ test('status polls do not reach the queue object in steady state (snapshot refre
   // per poll.
   const seenBatches = Math.ceil(seconds / 2) * QUEUE_SHARDS;
   assert.ok(calls <= Math.ceil(seconds / 2) + 3 + seenBatches, `${calls} object calls for 400 polls in ${seconds} s`);
+  await assertObjectCallsCounted(SALE, lastLate.account);
 });
 
 test('a fresh isolate takes the snapshot another one fetched (Cache API), not the coordinator', async () => {
@@ -518,6 +519,7 @@ test('a fresh isolate takes the snapshot another one fetched (Cache API), not th
   // A copy serves for 2.5 s from when the coordinator made it.
   const allowed = 1 + Math.ceil(elapsed / 2500);
   assert.ok(calls <= allowed, `${calls} object calls for ${ROUNDS} fresh isolates in ${elapsed} ms (allowed ${allowed})`);
+  await assertObjectCallsCounted(SALE, lastLate.account);
 });
 
 test('first polls of people who arrived in the same seconds cost one object call per second, not one per poll', async () => {
@@ -547,6 +549,7 @@ test('first polls of people who arrived in the same seconds cost one object call
   assert.ok(places.every((p) => Number.isInteger(p) && p > 0), `places ${places}`);
   assert.equal(new Set(places).size, M, 'places are distinct');
   assert.ok(calls <= seconds + 2, `${calls} object calls for ${M} first polls over ${seconds} arrival seconds`);
+  await assertObjectCallsCounted(SALE, lastLate.account);
 });
 
 test('anonymous metrics scrapes and listing pages of any from/limit reach the coordinator a bounded number of times', async () => {
@@ -575,14 +578,5 @@ test('anonymous metrics scrapes and listing pages of any from/limit reach the co
   const allowed = Math.ceil(N / 512) + 2 * Math.ceil(elapsed / 1000) + 4;
   assert.ok(calls <= allowed, `${calls} object calls for ${REQUESTS} anonymous requests in ${elapsed} ms (allowed ${allowed})`);
   console.log(`# ${calls} coordinator calls per ${REQUESTS} anonymous metrics and listing requests (${elapsed} ms)`);
-  // Control: the counter moves with calls that must reach an object.
-  const c0 = await doRequests();
-  for (let i = 0; i < 8; i++) {
-    assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
-    const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(lastLate.account) });
-    assert.equal(r.status, 200, JSON.stringify(r.body));
-  }
-  await sleep(1100);
-  const control = (await doRequests()) - c0;
-  assert.ok(control >= 8, `control: ${control} object calls for 8 joins without a ticket`);
+  await assertObjectCallsCounted(SALE, lastLate.account);
 });
