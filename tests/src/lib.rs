@@ -582,6 +582,7 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
+        skus: Vec::new(),
     }
 }
 

@@ -57,6 +57,7 @@ async fn settle_rate(
         join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
+        skus: Vec::new(),
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::spec::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)

@@ -40,6 +40,7 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         join_limit: 0,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,
+        skus: Vec::new(),
     };
     let mut conn = state.engine.conn.clone();
     origin::sales::spec::create_sale(&state.pool, &mut conn, &state.settings.key_prefix, &spec)

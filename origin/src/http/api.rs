@@ -68,6 +68,9 @@ pub struct Reservation {
     /// `<sale>.<home shard>.<uuid>`.
     reservation_id: String,
     sale: String,
+    /// The SKU held (in a `202` of a hold; a lookup may leave it out).
+    #[schema(example = "size-42")]
+    sku: Option<String>,
     #[schema(minimum = 1)]
     qty: i64,
     status: ReservationStatus,
@@ -156,6 +159,28 @@ pub struct QueueLayout {
     shards: i32,
 }
 
+/// One SKU of a sale, as the summary lists it.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct SkuSummary {
+    /// Slug, unique in the sale: what a reservation's `sku` names.
+    #[schema(example = "size-42")]
+    id: String,
+    name: String,
+    /// In the sale's `currency`, minor units.
+    #[schema(minimum = 0)]
+    price_cents: i64,
+    #[schema(minimum = 1)]
+    units_total: i64,
+    /// Units still for sale (not held, not sold).
+    #[schema(minimum = 0)]
+    units_available: i64,
+    /// Units one account may hold and buy of this SKU (the sale's
+    /// `per_user_limit` applies too); none: only the sale's.
+    per_user_limit: Option<i32>,
+    sold_out: bool,
+}
+
 /// A sale summary (cached in process for at most 1 s).
 #[derive(ToSchema)]
 #[allow(dead_code)]
@@ -193,6 +218,8 @@ pub struct SaleSummary {
     currency: String,
     /// The drand-style beacon the draw takes its round from.
     draw_beacon: Option<String>,
+    /// What the sale sells, in the operator's order.
+    skus: Vec<SkuSummary>,
 }
 
 /// `GET /healthz`.

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::http::error::ApiError;
 use crate::payments::webhook::Event;
+use crate::sales::sku::{self, Sku, SkuChoice};
 
 /// Why a body is not the one asked for, before any value is looked at.
 enum Shape {
@@ -47,33 +48,54 @@ fn read<T: DeserializeOwned>(body: &[u8], shape_ok: fn(&Value) -> bool) -> Resul
 /// A reservation's body.
 #[derive(Deserialize, utoipa::ToSchema)]
 pub struct ReserveBody {
-    /// Units to hold: 1 to the sale's per-user limit. Read as any JSON
-    /// number, so a qty too large for an `i64` is `invalid_qty` like any
-    /// other out of range, and a fraction `invalid_body`.
+    /// The SKU to hold units of (its `id` in the sale summary's `skus`);
+    /// may be left out only when the sale has exactly one SKU.
+    #[serde(default)]
+    #[schema(example = "size-42")]
+    sku: Option<String>,
+    /// Units to hold: 1 to the sale's per-user limit (and the SKU's, if it
+    /// has one). Read as any JSON number, so a qty too large for an `i64`
+    /// is `invalid_qty` like any other out of range, and a fraction
+    /// `invalid_body`.
     #[schema(value_type = i64, minimum = 1)]
     qty: serde_json::Number,
 }
 
-/// The `qty` of a reservation body `{"qty": n}`, checked against the sale's
-/// per-user `limit`: `400 malformed_json` when the bytes are not JSON,
-/// `422 invalid_body` when the JSON is not that object (`n` not an
-/// integer), `422 invalid_qty` when `n` is outside `1..=limit`.
-pub fn reservation_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
+/// What a reservation body `{"sku": id, "qty": n}` asks for, checked
+/// against the sale's SKUs and its per-user `limit`: `400 malformed_json`
+/// when the bytes are not JSON, `422 invalid_body` when the JSON is not
+/// that object (`n` not an integer, `sku` not a string), `404 unknown_sku`
+/// for a SKU the sale does not sell, `422 sku_required` when `sku` is left
+/// out of a sale of several SKUs, `422 invalid_qty` when `n` is outside
+/// `1..=limit` (the lower of the sale's and the SKU's).
+pub fn reservation_request<'a>(
+    body: &[u8],
+    skus: &'a [Sku],
+    limit: i32,
+) -> Result<(&'a Sku, i64), ApiError> {
     let parsed: ReserveBody = read(body, Value::is_object).map_err(|e| match e {
         Shape::NotJson => ApiError::bad_request("malformed_json", "the body is not valid JSON"),
         Shape::Wrong(why) => ApiError::unprocessable(
             "invalid_body",
-            format!("body must be {{\"qty\": n}}: {why}"),
+            format!("body must be {{\"sku\": \"<id>\", \"qty\": n}}: {why}"),
         ),
     })?;
     if parsed.qty.is_f64() {
         return Err(ApiError::unprocessable(
             "invalid_body",
-            "body must be {\"qty\": n}: qty is a whole number",
+            "body must be {\"sku\": \"<id>\", \"qty\": n}: qty is a whole number",
         ));
     }
+    let sku = sku::resolve(skus, parsed.sku.as_deref()).map_err(|e| match e {
+        SkuChoice::Unknown => ApiError::not_found("unknown_sku", "this sale sells no such SKU"),
+        SkuChoice::Required => ApiError::unprocessable(
+            "sku_required",
+            "this sale sells several SKUs: name one as \"sku\"",
+        ),
+    })?;
+    let limit = sku.per_user_limit.map_or(limit, |l| l.min(limit));
     match parsed.qty.as_i64() {
-        Some(q) if (1..=i64::from(limit)).contains(&q) => Ok(q),
+        Some(q) if (1..=i64::from(limit)).contains(&q) => Ok((sku, q)),
         _ => Err(ApiError::unprocessable(
             "invalid_qty",
             format!("qty must be between 1 and the per-user limit ({limit})"),
@@ -164,6 +186,71 @@ mod tests {
 
     fn code<T>(r: Result<T, ApiError>) -> Option<&'static str> {
         r.err().map(|e| e.code())
+    }
+
+    fn sku(id: &str, position: i32, per_user_limit: Option<i32>) -> Sku {
+        Sku {
+            id: id.into(),
+            name: id.into(),
+            price_cents: 100,
+            units_total: 10,
+            per_user_limit,
+            position,
+        }
+    }
+
+    /// The qty of a body for a sale of one SKU, `only`.
+    fn reservation_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
+        let one = [sku("only", 0, None)];
+        reservation_request(body, &one, limit).map(|(_, q)| q)
+    }
+
+    #[test]
+    fn a_reservation_names_a_sku_of_the_sale() {
+        let one = [sku("only", 0, None)];
+        let three = [sku("s", 0, None), sku("m", 1, Some(1)), sku("l", 2, None)];
+        let ask = |body: &[u8], skus: &[Sku]| {
+            reservation_request(body, skus, 3)
+                .map(|(s, q)| (s.id.clone(), q))
+                .map_err(|e| e.code())
+        };
+        assert_eq!(ask(br#"{"qty": 2}"#, &one), Ok(("only".into(), 2)));
+        assert_eq!(
+            ask(br#"{"sku": null, "qty": 2}"#, &one),
+            Ok(("only".into(), 2))
+        );
+        assert_eq!(
+            ask(br#"{"sku": "only", "qty": 3}"#, &one),
+            Ok(("only".into(), 3))
+        );
+        assert_eq!(
+            ask(br#"{"sku": "l", "qty": 3}"#, &three),
+            Ok(("l".into(), 3))
+        );
+        for (body, skus, want) in [
+            (
+                &br#"{"sku": "other", "qty": 1}"#[..],
+                &one[..],
+                "unknown_sku",
+            ),
+            (br#"{"sku": "ONLY", "qty": 1}"#, &one, "unknown_sku"),
+            (br#"{"qty": 1}"#, &three, "sku_required"),
+            (br#"{"sku": 1, "qty": 1}"#, &one, "invalid_body"),
+            (br#"{"sku": ["s"], "qty": 1}"#, &three, "invalid_body"),
+            (br#"{"sku": "s"}"#, &three, "invalid_body"),
+            // The SKU's own limit (1) is below the sale's (3).
+            (br#"{"sku": "m", "qty": 2}"#, &three, "invalid_qty"),
+            (br#"{"sku": "s", "qty": 4}"#, &three, "invalid_qty"),
+            // An unknown SKU is named before a qty out of range.
+            (br#"{"sku": "x", "qty": 0}"#, &three, "unknown_sku"),
+        ] {
+            assert_eq!(
+                ask(body, skus),
+                Err(want),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     /// Whether the bytes are one JSON text (what `malformed_json` is not).
@@ -297,8 +384,13 @@ mod tests {
                 .prop_filter("JSON numbers are finite", |f| f.is_finite())
                 .prop_map(Value::from),
             "\\PC{0,8}".prop_map(Value::from),
-            prop_oneof![Just("succeeded"), Just("failed"), Just("payment.succeeded")]
-                .prop_map(Value::from),
+            prop_oneof![
+                Just("succeeded"),
+                Just("failed"),
+                Just("payment.succeeded"),
+                Just("only")
+            ]
+            .prop_map(Value::from),
         ];
         leaf.prop_recursive(3, 24, 4, |inner| {
             prop_oneof![
@@ -306,6 +398,7 @@ mod tests {
                 prop::collection::btree_map(
                     prop_oneof![
                         Just("qty".to_string()),
+                        Just("sku".to_string()),
                         Just("outcome".to_string()),
                         Just("id".to_string()),
                         Just("type".to_string()),
@@ -348,6 +441,12 @@ mod tests {
         if n.is_f64() {
             return Err("invalid_body");
         }
+        match obj.get("sku") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) if s == "only" => {}
+            Some(Value::String(_)) => return Err("unknown_sku"),
+            Some(_) => return Err("invalid_body"),
+        }
         match n.as_i64() {
             Some(q) if (1..=i64::from(limit)).contains(&q) => Ok(q),
             _ => Err("invalid_qty"),
@@ -388,7 +487,10 @@ mod tests {
             }
             Err(e) => {
                 prop_assert!(
-                    matches!(e.code(), "malformed_json" | "invalid_body" | "invalid_qty"),
+                    matches!(
+                        e.code(),
+                        "malformed_json" | "invalid_body" | "invalid_qty" | "unknown_sku"
+                    ),
                     "{}",
                     e.code()
                 );

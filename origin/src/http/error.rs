@@ -51,6 +51,7 @@ pub const ERROR_CODES: &[&str] = &[
     "signature_mismatch",
     "signature_missing",
     "signature_stale",
+    "sku_required",
     "sold_out",
     "summary_unavailable",
     "token_alg_refused",
@@ -65,6 +66,7 @@ pub const ERROR_CODES: &[&str] = &[
     "token_wrong_type",
     "unknown_event_type",
     "unknown_payment",
+    "unknown_sku",
     "webhook_not_configured",
 ];
 

@@ -15,6 +15,7 @@ use crate::ops::telemetry;
 use crate::ops::workers::Workers;
 use crate::reserve::store;
 use crate::sales::registry::SaleRegistry;
+use crate::sales::sku::{SkuSpec, parse_sku_file, parse_sku_flag};
 use crate::sales::spec::{
     DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
 };
@@ -160,13 +161,29 @@ fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
 }
 
 #[derive(Args, Debug)]
+#[command(group(
+    clap::ArgGroup::new("what")
+        .required(true)
+        .args(["units", "sku", "skus"])
+))]
 pub struct CreateArgs {
     #[arg(long)]
     pub sale: String,
     #[arg(long)]
     pub name: String,
+    /// Units of a sale of one SKU (its id and name are the sale's); or list
+    /// the SKUs with --sku / --skus.
+    #[arg(long, conflicts_with_all = ["sku", "skus"])]
+    pub units: Option<i32>,
+    /// A SKU, `<id>:<units>:<price_cents>[:<per_user_limit>]` (its name is
+    /// its id); repeat for each SKU, in the order the page lists them.
+    #[arg(long, value_parser = parse_sku_flag, conflicts_with = "skus")]
+    pub sku: Vec<SkuSpec>,
+    /// A file listing the SKUs: a JSON array of {"id", "name", "units",
+    /// "price_cents", "per_user_limit"} or CSV with a header line naming
+    /// those columns (`name`, `per_user_limit` optional).
     #[arg(long)]
-    pub units: i32,
+    pub skus: Option<PathBuf>,
     #[arg(long)]
     pub per_user_limit: i32,
     #[arg(long)]
@@ -188,8 +205,9 @@ pub struct CreateArgs {
     /// Admitted-but-not-holding people never exceed this × units available.
     #[arg(long, default_value_t = 2.0)]
     pub admission_factor: f64,
-    #[arg(long, default_value_t = 0)]
-    pub price_cents: i64,
+    /// Price of the one SKU of a sale given with --units (default 0).
+    #[arg(long, conflicts_with_all = ["sku", "skus"])]
+    pub price_cents: Option<i64>,
     /// Durable Objects the edge spreads the sale's queue over (1-256; an
     /// account always lands on the same one). Fixed once created.
     #[arg(long, default_value_t = 1)]
@@ -449,10 +467,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut conn = store::connect(&configuration::redis_target()?)
                 .await
                 .context("connecting to Redis")?;
+            let skus = match &a.skus {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading --skus {}", path.display()))?;
+                    parse_sku_file(&text).map_err(anyhow::Error::msg)?
+                }
+                None => a.sku,
+            };
             let spec = SaleSpec {
                 id: a.sale,
                 name: a.name,
-                units: a.units,
+                units: a.units.unwrap_or(0),
                 per_user_limit: a.per_user_limit,
                 shards: a.shards,
                 starts_at: a.starts_at,
@@ -460,13 +486,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 hold_seconds: a.hold_seconds,
                 admission_rate: a.admission_rate,
                 admission_factor: a.admission_factor,
-                price_cents: a.price_cents,
+                price_cents: a.price_cents.unwrap_or(0),
                 queue_shards: a.queue_shards,
                 admission_p99_ms: a.admission_p99_ms,
                 bot_check: a.bot_check,
                 join_limit: a.join_limit,
                 currency: a.currency,
                 draw_beacon: a.draw_beacon,
+                skus,
             };
             let sale = create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
             println!("{}", serde_json::to_string_pretty(&sale)?);

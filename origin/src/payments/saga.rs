@@ -310,12 +310,20 @@ async fn write_success(
         "amount_cents": pay.amount_cents,
         "qty": paid,
     });
-    sqlx::query("INSERT INTO outbox (event_id, type, payload) VALUES ($1, $2, $3)")
-        .bind(format!("evt_{}", uuid::Uuid::now_v7().simple()))
-        .bind(kind)
-        .bind(payload)
-        .execute(&mut *tx)
-        .await?;
+    // Every event names the SKU (issue 45): the reservation's, by position.
+    sqlx::query(
+        "INSERT INTO outbox (event_id, type, payload)
+         VALUES ($1, $2, $3::jsonb || jsonb_build_object('sku',
+                 (SELECT k.id FROM reservations r
+                    JOIN skus k ON k.sale_id = r.sale_id AND k.position = r.sku
+                   WHERE r.id = $4)))",
+    )
+    .bind(format!("evt_{}", uuid::Uuid::now_v7().simple()))
+    .bind(kind)
+    .bind(payload)
+    .bind(&pay.reservation_id)
+    .execute(&mut *tx)
+    .await?;
     Ok(RecordedSuccess {
         applied,
         unsold: confirmed && refund,

@@ -7,4 +7,5 @@
 
 pub mod registry;
 pub mod sale;
+pub mod sku;
 pub mod spec;

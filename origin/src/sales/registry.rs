@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use sqlx::PgPool;
 use tokio::sync::RwLock;
 
-use crate::sales::sale::{COLUMNS, Sale, SaleConfig, SoldOutFlag, load_sale, valid_sale_id};
+use crate::sales::sale::{
+    COLUMNS, Sale, SaleConfig, SoldOutFlag, load_sale, valid_sale_id, with_skus,
+};
 
 struct Cached {
     sale: Option<Arc<Sale>>,
@@ -204,6 +206,7 @@ impl SaleRegistry {
         ))
         .fetch_all(&self.pool)
         .await?;
+        let rows = with_skus(&self.pool, rows).await?;
         Ok(rows
             .into_iter()
             .map(|c| Arc::new(Sale::new(c, &self.prefix)))

@@ -15,6 +15,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::reserve::store::ShardKeys;
+use crate::sales::sku::{SKU_COLUMNS, Sku};
 
 /// A sale as configured.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -49,6 +50,10 @@ pub struct SaleConfig {
     /// The drand-style beacon the draw's key takes a round of (DESIGN.md
     /// "The draw, v2"); `None`: no beacon.
     pub draw_beacon: Option<String>,
+    /// What the sale sells, by position (at least one once loaded: every
+    /// query that reads a config goes through [`with_skus`]).
+    #[sqlx(skip)]
+    pub skus: Vec<Sku>,
 }
 
 /// Whether a sale accepts reservations at `now`.
@@ -73,6 +78,17 @@ impl SaleConfig {
     }
 }
 
+/// Most units a sale may have: inventory counts are int4, and the
+/// settlement's conditional update adds a batch's units (at most 1,000
+/// entries × [`MAX_PER_USER_LIMIT`]) to held + sold, which must stay below
+/// 2^31 (issue 43 #6: every number an operator gives is bounded by the
+/// arithmetic it meets).
+pub const MAX_UNITS: i32 = 1_000_000_000;
+/// Most units one account may hold and buy in a sale.
+pub const MAX_PER_USER_LIMIT: i32 = 1_000_000;
+/// Highest price of a unit, in the currency's minor unit: price × qty
+/// stays below 2^53 (exact in every JSON reader) at any allowed qty.
+pub const MAX_PRICE_CENTS: i64 = 1_000_000_000;
 /// Sale ids travel in URLs, keys and reservation ids: keep them plain.
 pub fn valid_sale_id(id: &str) -> bool {
     let b = id.as_bytes();
@@ -169,10 +185,64 @@ pub(crate) const COLUMNS: &str = "id, name, price_cents, units_total, per_user_l
 
 /// A sale's config from Postgres, or `None` when there is no such sale.
 pub(crate) async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
+    let cfg: Option<SaleConfig> =
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM sales WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+    match cfg {
+        Some(cfg) => Ok(with_skus(pool, vec![cfg]).await?.pop()),
+        None => Ok(None),
+    }
+}
+
+/// Fills in the SKUs of sale configs read from `sales` (one query for all
+/// of them). A sale without SKU rows is left out (and logged) rather than
+/// loaded as a sale that sells nothing, and without hiding the others from
+/// the workers: migration 0014 gave every sale its SKU, and `create_sale`
+/// writes them in the sale's transaction, so only a hand-written row lacks
+/// them.
+pub(crate) async fn with_skus<'e, E>(
+    db: E,
+    cfgs: Vec<SaleConfig>,
+) -> Result<Vec<SaleConfig>, sqlx::Error>
+where
+    E: sqlx::PgExecutor<'e>,
+{
+    if cfgs.is_empty() {
+        return Ok(cfgs);
+    }
+    let ids: Vec<String> = cfgs.iter().map(|c| c.id.clone()).collect();
+    let rows: Vec<SkuRow> = sqlx::query_as(&format!(
+        "SELECT sale_id, {SKU_COLUMNS} FROM skus WHERE sale_id = ANY($1) ORDER BY sale_id, position"
+    ))
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    let mut by_sale: std::collections::HashMap<String, Vec<Sku>> =
+        std::collections::HashMap::with_capacity(cfgs.len());
+    for r in rows {
+        by_sale.entry(r.sale_id).or_default().push(r.sku);
+    }
+    Ok(cfgs
+        .into_iter()
+        .filter_map(|mut cfg| {
+            cfg.skus = by_sale.remove(&cfg.id).unwrap_or_default();
+            if cfg.skus.is_empty() {
+                metrics::counter!("flashsale_sales_without_skus_total").increment(1);
+                tracing::error!(sale = %cfg.id, "sale has no SKUs: not loaded (was migration 0014 applied to it?)");
+                return None;
+            }
+            Some(cfg)
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct SkuRow {
+    sale_id: String,
+    #[sqlx(flatten)]
+    sku: Sku,
 }
 
 #[cfg(test)]

@@ -14,13 +14,19 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 
 use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, ensure_group, master_slot_ranges};
-use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, shard_units, valid_sale_id};
+use crate::sales::sale::{
+    COLUMNS, MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS, SaleConfig, load_sale, shard_units,
+    valid_sale_id, with_skus,
+};
+use crate::sales::sku::{SkuSpec, validate_skus};
 
 /// What `origin sale create` asks for.
 #[derive(Debug, Clone)]
 pub struct SaleSpec {
     pub id: String,
     pub name: String,
+    /// The units of a sale of one SKU given the old way (`--units`,
+    /// `--price-cents`); 0 when [`SaleSpec::skus`] lists the SKUs.
     pub units: i32,
     pub per_user_limit: i32,
     pub shards: i32,
@@ -42,6 +48,9 @@ pub struct SaleSpec {
     pub currency: String,
     /// Base URL of a drand-style beacon (see [`valid_beacon_url`]), or none.
     pub draw_beacon: Option<String>,
+    /// What the sale sells (`--sku`, `--skus`); empty: one SKU of `units`
+    /// at `price_cents`, whose id is the sale's and whose name the sale's.
+    pub skus: Vec<SkuSpec>,
 }
 
 /// Highest proof-of-work difficulty a sale may ask for (the edge's
@@ -128,14 +137,36 @@ impl SaleSpec {
         if self.name.trim().is_empty() || self.name.len() > 200 {
             return bad("--name must be 1-200 characters");
         }
-        if !(1..=MAX_UNITS).contains(&self.units) {
-            return bad(&format!("--units must be 1-{MAX_UNITS}"));
+        if self.skus.is_empty() {
+            if !(1..=MAX_UNITS).contains(&self.units) {
+                return bad(&format!(
+                    "--units must be 1-{MAX_UNITS} (or list the SKUs with --sku / --skus)"
+                ));
+            }
+            if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
+                return bad(&format!("--price-cents must be 0-{MAX_PRICE_CENTS}"));
+            }
+        } else if self.units != 0 || self.price_cents != 0 {
+            return bad(
+                "--units and --price-cents describe a sale of one SKU: give them, or the SKUs (--sku / --skus), not both",
+            );
         }
         if !(1..=MAX_PER_USER_LIMIT).contains(&self.per_user_limit) {
             return bad(&format!("--per-user-limit must be 1-{MAX_PER_USER_LIMIT}"));
         }
-        if !(1..=256).contains(&self.shards) || self.shards > self.units {
-            return bad("--shards must be 1-256 and not more than --units");
+        let skus = self.sku_specs();
+        validate_skus(&skus, self.per_user_limit).map_err(CreateError::Invalid)?;
+        // The reservation path sells one pool of units per sale until the
+        // per-SKU Redis stock lands (docs/skus.md, "What is built"): a sale
+        // of several SKUs would sell any SKU's units for any other's.
+        if skus.len() > 1 {
+            return bad(
+                "a sale of several SKUs cannot be sold yet (docs/skus.md): give one --sku, or --units and --price-cents",
+            );
+        }
+        let units = self.units_total();
+        if !(1..=256).contains(&self.shards) || i64::from(self.shards) > units {
+            return bad("--shards must be 1-256 and not more than the sale's units");
         }
         if !(1..=MAX_QUEUE_SHARDS).contains(&self.queue_shards) {
             return bad(&format!(
@@ -166,9 +197,6 @@ impl SaleSpec {
         if !valid_p99(self.admission_p99_ms) {
             return bad(P99_MESSAGE);
         }
-        if !(0..=MAX_PRICE_CENTS).contains(&self.price_cents) {
-            return bad(&format!("--price-cents must be 0-{MAX_PRICE_CENTS}"));
-        }
         if !valid_currency(&self.currency) {
             return bad("--currency must be an ISO 4217 code such as EUR, USD or VND");
         }
@@ -186,19 +214,28 @@ impl SaleSpec {
         }
         Ok(())
     }
+
+    /// The SKUs the sale sells: those listed, or the one SKU of a sale
+    /// given the old way (id and name the sale's).
+    pub fn sku_specs(&self) -> Vec<SkuSpec> {
+        if !self.skus.is_empty() {
+            return self.skus.clone();
+        }
+        vec![SkuSpec {
+            id: self.id.clone(),
+            name: Some(self.name.clone()),
+            units: self.units,
+            price_cents: self.price_cents,
+            per_user_limit: None,
+        }]
+    }
+
+    /// Units of all SKUs together (at most [`MAX_UNITS`] once validated).
+    pub fn units_total(&self) -> i64 {
+        self.sku_specs().iter().map(|s| i64::from(s.units)).sum()
+    }
 }
 
-/// Most units a sale may have: inventory counts are int4, and the
-/// settlement's conditional update adds a batch's units (at most 1,000
-/// entries × [`MAX_PER_USER_LIMIT`]) to held + sold, which must stay below
-/// 2^31 (issue 43 #6: every number an operator gives is bounded by the
-/// arithmetic it meets).
-pub const MAX_UNITS: i32 = 1_000_000_000;
-/// Most units one account may hold and buy in a sale.
-pub const MAX_PER_USER_LIMIT: i32 = 1_000_000;
-/// Highest price of a unit, in the currency's minor unit: price × qty
-/// stays below 2^53 (exact in every JSON reader) at any allowed qty.
-pub const MAX_PRICE_CENTS: i64 = 1_000_000_000;
 /// Longest hold: a day. Postgres computes `hold_seconds * 2` (the active
 /// sales' window) and Redis expiry stamps in milliseconds.
 pub const MAX_HOLD_SECONDS: i32 = 86_400;
@@ -321,6 +358,10 @@ pub async fn change_sale(
     .bind(change.admission_p99_ms)
     .fetch_one(&mut *tx)
     .await?;
+    let changed = with_skus(&mut *tx, vec![changed])
+        .await?
+        .pop()
+        .ok_or_else(|| ChangeError::Invalid(format!("sale {id:?} has no SKUs")))?;
     tx.commit().await?;
     tracing::info!(sale = %id, ?change, "sale changed");
     Ok(changed)
@@ -334,6 +375,13 @@ pub async fn create_sale(
     spec: &SaleSpec,
 ) -> Result<SaleConfig, CreateError> {
     spec.validate()?;
+    let skus = spec.sku_specs();
+    // Bounded by validate (at most MAX_UNITS).
+    let units = i32::try_from(spec.units_total())
+        .map_err(|_| CreateError::Invalid(format!("a sale has at most {MAX_UNITS} units")))?;
+    // `sales.price_cents` is the first SKU's price: what a reader of the
+    // one-SKU columns (an older origin, a report) takes for the sale's price.
+    let price_cents = skus[0].price_cents;
     let masters = master_slot_ranges(conn).await?;
     let tags = choose_tags(prefix, &spec.id, spec.shards as u32, &masters);
     let keys: Vec<ShardKeys> = tags.iter().map(|t| ShardKeys::new(prefix, t)).collect();
@@ -354,8 +402,8 @@ pub async fn create_sale(
     )
     .bind(&spec.id)
     .bind(&spec.name)
-    .bind(spec.price_cents)
-    .bind(spec.units)
+    .bind(price_cents)
+    .bind(units)
     .bind(spec.per_user_limit)
     .bind(spec.shards)
     .bind(&tags)
@@ -377,14 +425,33 @@ pub async fn create_sale(
     }
     sqlx::query("INSERT INTO inventory (sale_id, total) VALUES ($1, $2)")
         .bind(&spec.id)
-        .bind(spec.units)
+        .bind(units)
         .execute(&mut *tx)
         .await?;
+    // One statement for up to MAX_SKUS rows: arrays, unnested in order.
+    sqlx::query(
+        "INSERT INTO skus (sale_id, id, position, name, price_cents, units_total, per_user_limit)
+         SELECT $1, s.id, s.ord - 1, s.name, s.price, s.units, s.lim
+           FROM unnest($2::text[], $3::text[], $4::bigint[], $5::int[], $6::int[])
+                WITH ORDINALITY AS s(id, name, price, units, lim, ord)",
+    )
+    .bind(&spec.id)
+    .bind(skus.iter().map(|s| s.id.clone()).collect::<Vec<_>>())
+    .bind(
+        skus.iter()
+            .map(|s| s.display_name().to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(skus.iter().map(|s| s.price_cents).collect::<Vec<_>>())
+    .bind(skus.iter().map(|s| s.units).collect::<Vec<_>>())
+    .bind(skus.iter().map(|s| s.per_user_limit).collect::<Vec<_>>())
+    .execute(&mut *tx)
+    .await?;
     // Redis first, then commit: if Redis fails the sale does not exist at
     // all; if the commit fails the orphan keys are refused by a re-run
     // (RedisKeysExist) and visible to the operator.
     for (i, k) in keys.iter().enumerate() {
-        let units = shard_units(spec.units, spec.shards, i as i32);
+        let units = shard_units(units, spec.shards, i as i32);
         let ok: bool = redis::cmd("SET")
             .arg(&k.stock)
             .arg(units)
@@ -425,6 +492,7 @@ mod tests {
             join_limit: DEFAULT_JOIN_LIMIT,
             currency: DEFAULT_CURRENCY.into(),
             draw_beacon: None,
+            skus: Vec::new(),
         }
     }
 

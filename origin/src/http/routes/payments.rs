@@ -99,11 +99,12 @@ pub async fn purchase(
     let mut tx = app.pool.begin().await?;
     // The row lock makes concurrent purchases of one reservation take turns,
     // so a key's first use on this reservation is decided once.
-    let (status, expires_at, qty): (String, DateTime<Utc>, i32) =
-        sqlx::query_as("SELECT status, expires_at, qty FROM reservations WHERE id = $1 FOR UPDATE")
-            .bind(&id)
-            .fetch_one(&mut *tx)
-            .await?;
+    let (status, expires_at, qty, sku): (String, DateTime<Utc>, i32, i32) = sqlx::query_as(
+        "SELECT status, expires_at, qty, sku FROM reservations WHERE id = $1 FOR UPDATE",
+    )
+    .bind(&id)
+    .fetch_one(&mut *tx)
+    .await?;
     if let Some(k) = &key
         && let Some(answer) = key_replay(&mut tx, &row.account, k, &id, &provider).await?
     {
@@ -137,11 +138,25 @@ pub async fn purchase(
             message: "the hold has expired; the unit is back on sale".into(),
         });
     }
+    // The held SKU's price (issue 45): skus are listed by position.
+    let price_cents = f
+        .sale
+        .config
+        .skus
+        .iter()
+        .find(|s| s.position == sku)
+        .map(|s| s.price_cents)
+        .ok_or_else(|| {
+            ApiError::Internal(anyhow::anyhow!(
+                "reservation {id} holds SKU {sku}, which sale {} does not list",
+                f.sale.config.id
+            ))
+        })?;
     let payment = Payment {
         id: format!("pay_{}", uuid::Uuid::now_v7().simple()),
         // Bounded by the sale's checks (price and limit); checked all the same.
         amount_cents: i64::from(qty)
-            .checked_mul(f.sale.config.price_cents)
+            .checked_mul(price_cents)
             .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("price × qty overflows")))?,
         status: "pending".into(),
     };

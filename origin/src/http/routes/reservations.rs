@@ -1,6 +1,7 @@
 //! Reservation endpoints. Validation order: admit token (401/403; it names
 //! its sale, so no config is loaded for a request without one) → sale
-//! exists → Idempotency-Key → body (400 malformed, 422 bad qty) → sale phase
+//! exists → Idempotency-Key → body (400 malformed; 404 `unknown_sku`, 422
+//! `sku_required`, bad qty) → sale phase
 //! → load shedding (429) → in-process sold-out flag → the Redis engine.
 //! Every refusal before the engine changes nothing.
 //!
@@ -55,10 +56,10 @@ fn rfc3339_ms(ms: u64) -> String {
         (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::http::api::ErrorBody),
         (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::api::ErrorBody),
         (status = 403, description = "`token_wrong_sale`", body = crate::http::api::ErrorBody),
-        (status = 404, description = "`sale_not_found`", body = crate::http::api::ErrorBody),
+        (status = 404, description = "`sale_not_found`, `unknown_sku` (the sale sells no SKU of that id)", body = crate::http::api::ErrorBody),
         (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::http::api::ErrorBody),
         (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::http::api::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_qty`, `idempotency_key_reused`", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `sku_required` (`sku` left out on a sale of several SKUs), `idempotency_key_reused`", body = crate::http::api::ErrorBody),
         (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
         (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
@@ -157,7 +158,7 @@ async fn create_inner(
     let sale = load_sale(app, sale_id).await?;
     let cfg = &sale.config;
     let key = idempotency_key(headers)?;
-    let qty = crate::http::bodies::reservation_qty(body, cfg.per_user_limit)?;
+    let (sku, qty) = crate::http::bodies::reservation_request(body, &cfg.skus, cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
         Phase::Upcoming => {
             return Err(ApiError::conflict(
@@ -234,6 +235,7 @@ async fn create_inner(
                 json!({
                     "reservation_id": hold.reservation_id,
                     "sale": hold.sale,
+                    "sku": sku.id,
                     "qty": hold.qty,
                     "status": "held",
                     "expires_at": rfc3339_ms(hold.expires_ms),

@@ -113,6 +113,24 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     let signal = app.load.signal();
     // "Percent sold" as a shopper reads it: units no longer for sale.
     let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;
+    // One pool of units per sale until per-SKU stock lands (docs/skus.md,
+    // "What is built"; `sale create` refuses several SKUs until then): the
+    // sale's one SKU has the sale's figures.
+    let skus: Vec<Value> = cfg
+        .skus
+        .iter()
+        .map(|k| {
+            json!({
+                "id": k.id,
+                "name": k.name,
+                "price_cents": k.price_cents,
+                "units_total": k.units_total,
+                "units_available": available.min(i64::from(k.units_total)),
+                "per_user_limit": k.per_user_limit,
+                "sold_out": sold_out,
+            })
+        })
+        .collect();
     Ok(json!({
         "sale": cfg.id,
         "name": cfg.name,
@@ -154,5 +172,6 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "currency": cfg.currency,
         // The beacon the edge's draw takes its round from (null: none).
         "draw_beacon": cfg.draw_beacon,
+        "skus": skus,
     }))
 }
