@@ -12,7 +12,12 @@
 //!   [`IDLE_MS`] and, if never seen since the frontier reached it, has had
 //!   [`FIRST_SEEN_MS`] to poll (the first poll after admission may come the
 //!   longest waiting-poll interval later): never before both;
-//! - a holder of a live hold is never abandoned;
+//! - a holder of a hold that may still exist is never abandoned; the
+//!   protection ends when the hold can no longer exist (its `expires_at`,
+//!   or its cancel through the edge), and idleness then counts from that
+//!   end at the earliest (issue 44 #2: a hold protected the turn forever,
+//!   so a turn nobody used after an expired or cancelled hold was never
+//!   passed on);
 //! - nothing is abandoned while the frontier is frozen, and idleness counts
 //!   from the end of the last freeze at the earliest (a pause or an outage
 //!   costs nobody their turn, during or after it: issue 44 #0, where
@@ -40,13 +45,30 @@ pub const SEEN_REPORT_SLACK_MS: u64 = 5_000;
 /// coincidence of two numbers.
 pub const FIRST_SEEN_MS: u64 = LONGEST_POLL_GAP_MS + SEEN_REPORT_SLACK_MS;
 
+/// The longest a hold can live: the origin bounds a sale's `hold_seconds`
+/// by a day (sale create and update refuse more). A hold whose end the
+/// edge could not read, or a row stored before ends were recorded, is
+/// taken to last this long from when it was reported: bounded, never
+/// forever.
+pub const MAX_HOLD_MS: u64 = 86_400_000;
+
+/// When a hold reported at `now_ms` can no longer exist: its `expires_at`
+/// when known, never later than [`MAX_HOLD_MS`] from now (an answer's
+/// time cannot stretch the protection past the origin's bound).
+pub fn hold_end(expires_at_ms: Option<u64>, now_ms: u64) -> u64 {
+    let bound = now_ms.saturating_add(MAX_HOLD_MS);
+    expires_at_ms.map_or(bound, |t| t.min(bound))
+}
+
 /// What the coordinator knows about the holder of one admitted place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Turn {
     /// Last status poll while admitted (wall ms; 0: never).
     pub seen_ms: u64,
-    /// Made a reservation through the edge that may still be held.
-    pub held: bool,
+    /// When the last hold this person made through the edge can no longer
+    /// exist (wall ms; 0: none made): its `expires_at`, or the time it was
+    /// cancelled through the edge. Until then the turn is protected.
+    pub held_until_ms: u64,
 }
 
 /// What the coordinator knows at one alarm.
@@ -102,8 +124,12 @@ pub fn newly_abandoned(
     while p <= ripe_seen && out.len() < limit {
         let t = turns.get(&p).copied().unwrap_or_default();
         let ripe = t.seen_ms > 0 || p <= ripe_unseen;
-        let idle = now.wall_ms.saturating_sub(t.seen_ms.max(now.thawed_ms)) >= IDLE_MS;
-        if ripe && idle && !t.held && !already.contains(&p) {
+        // A hold that may still exist keeps the turn; once it cannot, the
+        // person is idle from its end at the earliest.
+        let held = now.wall_ms < t.held_until_ms;
+        let since = t.seen_ms.max(now.thawed_ms).max(t.held_until_ms);
+        let idle = now.wall_ms.saturating_sub(since) >= IDLE_MS;
+        if ripe && idle && !held && !already.contains(&p) {
             out.push(p);
         }
         p += 1;
@@ -158,28 +184,28 @@ mod tests {
             1,
             Turn {
                 seen_ms: at - 29_000,
-                held: false,
+                held_until_ms: 0,
             },
         );
         turns.insert(
             2,
             Turn {
                 seen_ms: at - 30_000,
-                held: false,
+                held_until_ms: 0,
             },
         );
         turns.insert(
             3,
             Turn {
                 seen_ms: 0,
-                held: true,
+                held_until_ms: u64::MAX,
             },
         );
         turns.insert(
             4,
             Turn {
                 seen_ms: 101_000,
-                held: false,
+                held_until_ms: 0,
             },
         );
         let mut done = HashSet::new();
@@ -226,7 +252,7 @@ mod tests {
             5,
             Turn {
                 seen_ms: 110_000,
-                held: false,
+                held_until_ms: 0,
             },
         );
         let done = HashSet::new();
@@ -242,6 +268,75 @@ mod tests {
             newly_abandoned(at(190_000), &turns, &done, 100).contains(&5),
             "30 s after the outage, unseen: the turn passes on"
         );
+    }
+
+    /// Issue 44 #2 (leftover): a hold protected the turn forever. It
+    /// protects until the hold's `expires_at`; after that the ordinary rule
+    /// applies, idleness counted from the hold's end (the person whose unit
+    /// just came back is not abandoned the same instant).
+    #[test]
+    fn a_hold_protects_the_turn_until_it_expires_then_idleness_counts_from_its_end() {
+        let seen = 110_000;
+        let expires = seen + 600_000;
+        let mut turns = HashMap::new();
+        turns.insert(
+            12,
+            Turn {
+                seen_ms: seen,
+                held_until_ms: expires,
+            },
+        );
+        let done = HashSet::new();
+        let lost = |wall: u64| newly_abandoned(now(wall, wall), &turns, &done, 100).contains(&12);
+        assert!(!lost(expires - 1), "the hold may still exist");
+        assert!(
+            !lost(expires + IDLE_MS - 1),
+            "idle counted from the hold's end"
+        );
+        assert!(
+            lost(expires + IDLE_MS),
+            "the hold expired 30 s ago and nobody was seen: the turn passes on"
+        );
+    }
+
+    /// A hold cancelled through the edge ends at the cancel (the shard
+    /// stores that time as `held_until_ms`): 30 s unseen after it, the turn
+    /// is given back, long before the hold would have expired.
+    #[test]
+    fn a_cancelled_hold_protects_no_longer_than_thirty_seconds_after_the_cancel() {
+        let cancelled = 200_000;
+        let mut turns = HashMap::new();
+        turns.insert(
+            7,
+            Turn {
+                seen_ms: 150_000,
+                held_until_ms: cancelled,
+            },
+        );
+        let done = HashSet::new();
+        let lost = |turns: &HashMap<u64, Turn>, wall: u64| {
+            newly_abandoned(now(wall, wall), turns, &done, 100).contains(&7)
+        };
+        assert!(
+            !lost(&turns, cancelled + IDLE_MS - 1),
+            "just got the unit back"
+        );
+        assert!(
+            lost(&turns, cancelled + IDLE_MS),
+            "unseen 30 s after the cancel"
+        );
+        // Seen after the cancel: idle from the later of the two.
+        turns.get_mut(&7).unwrap().seen_ms = cancelled + 10_000;
+        assert!(!lost(&turns, cancelled + IDLE_MS));
+        assert!(lost(&turns, cancelled + 10_000 + IDLE_MS));
+    }
+
+    #[test]
+    fn a_hold_ends_at_its_expiry_and_never_past_the_origins_bound() {
+        assert_eq!(hold_end(Some(5_000), 1_000), 5_000);
+        assert_eq!(hold_end(None, 1_000), 1_000 + MAX_HOLD_MS, "unreadable end");
+        assert_eq!(hold_end(Some(u64::MAX), 1_000), 1_000 + MAX_HOLD_MS);
+        assert_eq!(hold_end(None, u64::MAX), u64::MAX);
     }
 
     /// Issue 44 #4: the longest interval the edge hands a waiting person

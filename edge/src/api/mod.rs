@@ -1,5 +1,6 @@
 //! The edge's public HTTP API as plain data (host-tested): routes, errors,
-//! the request bodies the edge reads, the response bodies it renders
+//! the request bodies the edge reads, the origin's reservation answers it
+//! reads, the response bodies it renders
 //! (Prometheus metrics, access lines), and its OpenAPI document.
 //!
 //! Nothing here touches the runtime: the Worker (`worker/`) turns a request
@@ -12,6 +13,7 @@ pub mod metrics;
 /// Host only: the OpenAPI document of the routes (docs/openapi/edge.json).
 #[cfg(not(target_arch = "wasm32"))]
 pub mod openapi;
+pub mod reservation;
 pub mod routes;
 pub mod summary;
 pub mod trace;

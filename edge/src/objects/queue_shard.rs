@@ -103,7 +103,11 @@ impl QueueShard {
             }
             (Method::Post, "/held") => {
                 let b: TurnBody = req.json().await.map_err(bad)?;
-                e.held(&b.sub, now_ms())
+                e.held(&b, now_ms())
+            }
+            (Method::Post, "/released") => {
+                let b: TurnBody = req.json().await.map_err(bad)?;
+                e.released(&b, now_ms())
             }
             (Method::Get, "/bucket") => {
                 e.bucket(query(&url, "j").and_then(|v| v.parse::<u64>().ok()))

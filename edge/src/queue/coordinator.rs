@@ -165,9 +165,11 @@ pub struct Report {
     #[serde(default)]
     requests: u64,
     /// Admitted people's turns changed since the last report: (place,
-    /// last seen ms, made a reservation).
+    /// last seen ms, until when a hold they made may exist; 0: none). The
+    /// shard owning the place sends its reports one at a time, so the
+    /// latest report's hold end is the one that holds.
     #[serde(default)]
-    turns: Vec<(u64, u64, bool)>,
+    turns: Vec<(u64, u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -386,7 +388,8 @@ impl<S: Sql> Coordinator<S> {
             "CREATE TABLE IF NOT EXISTS turns (
                 place INTEGER PRIMARY KEY,
                 seen_ms INTEGER NOT NULL,
-                held INTEGER NOT NULL)",
+                held INTEGER NOT NULL,
+                held_until_ms INTEGER NOT NULL DEFAULT 0)",
             "CREATE TABLE IF NOT EXISTS abandoned (place INTEGER PRIMARY KEY, at_ms INTEGER NOT NULL)",
             // The frozen entrant set in chunks of `freeze::CHUNK` sorted
             // leaves (receipts' audit paths), and the drawn listing in pages
@@ -403,6 +406,17 @@ impl<S: Sql> Coordinator<S> {
         ] {
             sql.exec(q, &[])?;
         }
+        // Objects created before holds had an end (issue 44 #2): the column
+        // is added (an error means it is there), and a turn stored as held
+        // is held for the longest a hold can live from its last report.
+        let _ = sql.exec(
+            "ALTER TABLE turns ADD COLUMN held_until_ms INTEGER NOT NULL DEFAULT 0",
+            &[],
+        );
+        sql.exec(
+            "UPDATE turns SET held_until_ms = seen_ms + ? WHERE held = 1 AND held_until_ms = 0",
+            &[SqlValue::from(turns::MAX_HOLD_MS)],
+        )?;
         if self.meta.get("commitment").is_none() {
             let mut seed = [0u8; hash::SEED_BYTES];
             getrandom::fill(&mut seed)
@@ -616,7 +630,7 @@ impl<S: Sql> Coordinator<S> {
             placed,
             units_available: self.meta.u64("units_available"),
             sold_out: self.sold_out(now),
-            freed: self.freed_after(expired),
+            freed: self.freed_after(expired, now),
         };
         f.advance(self.params(), inp);
         // Never behind what isolates are showing now (a freeze stops this
@@ -734,14 +748,21 @@ impl<S: Sql> Coordinator<S> {
     /// who made a reservation (their unit has already left `units
     /// available`; counting them too would shrink the cap twice and stall
     /// the frontier near the end of a sale).
-    /// A place both abandoned and held counts once (issue 44 #2).
-    fn freed_after(&self, expired: u64) -> u64 {
+    /// A place both abandoned and held counts once (issue 44 #2). A hold
+    /// counts while it may exist (until its end at `now`): once it expired
+    /// or was cancelled, its unit is back in `units available` and the
+    /// person, still admitted, needs a share again.
+    fn freed_after(&self, expired: u64, now: u64) -> u64 {
         self.sql
             .first::<CountRow>(
                 "SELECT count(*) AS n FROM (
-                     SELECT place FROM turns WHERE place > ? AND held = 1
+                     SELECT place FROM turns WHERE place > ? AND held_until_ms > ?
                      UNION SELECT place FROM abandoned WHERE place > ?)",
-                &[SqlValue::from(expired), SqlValue::from(expired)],
+                &[
+                    SqlValue::from(expired),
+                    SqlValue::from(now),
+                    SqlValue::from(expired),
+                ],
             )
             .ok()
             .flatten()
@@ -777,14 +798,14 @@ impl<S: Sql> Coordinator<S> {
         let sql = &self.sql;
         let turns: HashMap<u64, Turn> = sql
             .rows::<TurnRow>(
-                "SELECT place, seen_ms, held FROM turns WHERE place > ? AND place <= ?",
+                "SELECT place, seen_ms, held_until_ms FROM turns WHERE place > ? AND place <= ?",
                 &[SqlValue::from(expired), SqlValue::from(frontier)],
             )?
             .into_iter()
             .map(|r| {
                 let t = Turn {
                     seen_ms: r.seen_ms as u64,
-                    held: r.held as u64 == 1,
+                    held_until_ms: r.held_until_ms as u64,
                 };
                 (r.place as u64, t)
             })
@@ -887,15 +908,18 @@ impl<S: Sql> Coordinator<S> {
                 ],
             )?;
         }
-        for (place, seen, held) in &r.turns {
+        for (place, seen, held_until) in &r.turns {
+            // The hold's end is the shard's latest word (a cancel lowers it);
+            // `held` stays for older readers of the table.
             sql.exec(
-                "INSERT INTO turns (place, seen_ms, held) VALUES (?, ?, ?)
+                "INSERT INTO turns (place, seen_ms, held, held_until_ms) VALUES (?, ?, ?, ?)
                  ON CONFLICT(place) DO UPDATE SET seen_ms = MAX(seen_ms, excluded.seen_ms),
-                     held = MAX(held, excluded.held)",
+                     held = excluded.held, held_until_ms = excluded.held_until_ms",
                 &[
                     SqlValue::from(*place),
                     SqlValue::from(*seen),
-                    SqlValue::from(*held),
+                    SqlValue::from(*held_until > 0),
+                    SqlValue::from(*held_until),
                 ],
             )?;
         }
@@ -1697,7 +1721,7 @@ mod tests {
         assert!(admitted >= 2, "two people admitted ({admitted})");
         // Place 1 polled once; place 2 made a reservation.
         let r: Report = serde_json::from_value(json!({
-            "shard": 0, "turns": [[1, now, false], [2, now, true]],
+            "shard": 0, "turns": [[1, now, 0], [2, now, now + 600_000]],
         }))
         .unwrap();
         c.record_report(r).unwrap();
@@ -1710,6 +1734,79 @@ mod tests {
         assert!(!s.abandoned.contains(&2), "a hold keeps the turn");
         let f = c.figures(SALE, now).unwrap();
         assert!(f.abandoned >= 1);
+    }
+
+    /// Issue 44 #2 (leftover): a hold kept the turn forever. Once it ended
+    /// (expired, or cancelled: the shard reports the cancel's time), it
+    /// frees no share of the cap, and 30 s unseen after its end the turn
+    /// is given back.
+    #[test]
+    fn a_hold_that_ended_keeps_the_turn_no_longer() {
+        let (c, world, _) = sale(40, 1);
+        let listed_at = draw(&c, &world);
+        let mut now = listed_at;
+        for _ in 0..3 {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        let report = |turns: Value| {
+            let r: Report = serde_json::from_value(json!({"shard": 0, "turns": turns})).unwrap();
+            c.record_report(r).unwrap();
+        };
+        report(json!([[2, now, now + 600_000]]));
+        let cancelled = now + 2_000;
+        let live = c.freed_after(0, cancelled + 1);
+        assert!(live >= 1, "a live hold frees its share");
+        // Cancelled 2 s later: the shard's next report lowers the end.
+        report(json!([[2, now, cancelled]]));
+        assert_eq!(
+            c.freed_after(0, cancelled + 1),
+            live - 1,
+            "an ended hold frees no share"
+        );
+        for _ in 0..(turns::IDLE_MS / 1_000 + 1) {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        assert!(
+            !c.snapshot(SALE, now).unwrap().abandoned.contains(&2),
+            "not 30 s after the cancel yet"
+        );
+        for _ in 0..5 {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        let s = c.snapshot(SALE, now).unwrap();
+        assert!(s.abandoned.contains(&2), "{:?}", s.abandoned);
+    }
+
+    /// A coordinator stored before holds had an end (a `held` flag only)
+    /// opens, and such a turn is held for the longest a hold can live from
+    /// its last report.
+    #[test]
+    fn a_turn_held_before_ends_were_recorded_is_bounded() {
+        let sql = MemSql::new();
+        sql.exec(
+            "CREATE TABLE turns (place INTEGER PRIMARY KEY, seen_ms INTEGER NOT NULL,
+                 held INTEGER NOT NULL)",
+            &[],
+        )
+        .unwrap();
+        sql.exec("INSERT INTO turns VALUES (3, 1000, 1), (4, 2000, 0)", &[])
+            .unwrap();
+        let c = Coordinator::open(sql, Settings::default()).unwrap();
+        let rows: Vec<TurnRow> = c
+            .sql
+            .rows(
+                "SELECT place, seen_ms, held_until_ms FROM turns ORDER BY place",
+                &[],
+            )
+            .unwrap();
+        let got: Vec<(u64, u64)> = rows
+            .iter()
+            .map(|r| (r.place as u64, r.held_until_ms as u64))
+            .collect();
+        assert_eq!(got, vec![(3, 1000 + turns::MAX_HOLD_MS), (4, 0)]);
     }
 
     /// Issue 44 #2: a place both abandoned and held (its /held report came
@@ -1728,16 +1825,16 @@ mod tests {
             let r: Report = serde_json::from_value(json!({"shard": 0, "turns": turns})).unwrap();
             c.record_report(r).unwrap();
         };
-        report(json!([[1, now, false], [2, now, true]]));
+        report(json!([[1, now, 0], [2, now, now + 600_000]]));
         for _ in 0..45 {
             now += 1_000;
             alarm(&c, &world, now);
         }
         let abandoned = c.snapshot(SALE, now).unwrap().abandoned;
         assert!(abandoned.contains(&1) && !abandoned.contains(&2));
-        report(json!([[1, now, true]]));
+        report(json!([[1, now, now + 600_000]]));
         assert_eq!(
-            c.freed_after(0),
+            c.freed_after(0, now),
             abandoned.len() as u64 + 1,
             "the abandoned places and place 2 (held), place 1 once"
         );

@@ -26,7 +26,10 @@
 //!   it; the pre-queue's leaves are served only once the set is frozen;
 //! - buckets never change once written;
 //! - admitted people's turns (issue 13 #4): when each was last seen and
-//!   whether they made a reservation, reported to the coordinator with the
+//!   until when a hold they made through the edge may exist (the latest
+//!   end among their holds: each hold's `expires_at`, or the time it was
+//!   cancelled through the edge, which is remembered so a replayed grant
+//!   cannot revive it), reported to the coordinator with the
 //!   next second's arrivals (only rows unchanged since the report was read
 //!   are marked reported); a person whose turn was abandoned joins again
 //!   at the back (a new arrival stamp and `seq`) once, never twice for one
@@ -39,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use token::{Claims, KeyRing, TicketData, TokenType};
 
+use crate::admission::turns;
 use crate::api::bodies::BULK_MAX;
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::routes;
@@ -99,11 +103,26 @@ pub struct SeenBody {
     pub seen: Vec<(String, u64, u64)>,
 }
 
-/// One account (the `/held` body: it made a reservation).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// One account's hold (the `/held` body: it made a reservation; the
+/// `/released` body: it cancelled one). A body of an older Worker names the
+/// account only: a hold without id whose end is bounded by
+/// `turns::MAX_HOLD_MS`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 pub struct TurnBody {
     pub sub: String,
+    /// The origin's `reservation_id`.
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// The hold's `expires_at` (unix ms), when the answer carried one.
+    #[serde(default)]
+    pub until_ms: Option<u64>,
 }
+
+/// Held or cancelled reservations remembered per account this long after
+/// their end: a replayed `202` (the origin repeats the first answer of an
+/// `Idempotency-Key`, the edge remembers such keys for an hour) must not
+/// revive a hold already cancelled.
+const HOLD_MEMORY_MS: u64 = 3_600_000;
 
 /// What a join answers, and when the alarm must come by at the latest.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,8 +139,8 @@ pub struct Report {
     pub body: Value,
     /// The last second reported (none before the start: counts only).
     pub through: Option<u64>,
-    /// The turns it carries: (place, seen ms, held).
-    pub turns: Vec<(u64, u64, bool)>,
+    /// The turns it carries: (place, seen ms, held until ms; 0: no hold).
+    pub turns: Vec<(u64, u64, u64)>,
 }
 
 #[derive(Deserialize)]
@@ -179,7 +198,7 @@ struct IatRow {
 pub(crate) struct TurnRow {
     pub place: f64,
     pub seen_ms: f64,
-    pub held: f64,
+    pub held_until_ms: f64,
 }
 
 /// The shard's SQL as the draw's store.
@@ -395,6 +414,14 @@ impl<S: Sql> Entries<S> {
                 seen_ms INTEGER NOT NULL,
                 held INTEGER NOT NULL DEFAULT 0,
                 reported INTEGER NOT NULL DEFAULT 0)",
+            // The holds each account made (or cancelled) through the edge:
+            // `until_ms` is when the hold can no longer exist.
+            "CREATE TABLE IF NOT EXISTS holds (
+                sub TEXT NOT NULL,
+                id TEXT NOT NULL,
+                until_ms INTEGER NOT NULL,
+                released INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (sub, id)) WITHOUT ROWID",
             // Per account, the issue stamp of the newest challenge it
             // joined with (see `spend_challenge`).
             "CREATE TABLE IF NOT EXISTS challenges (sub TEXT PRIMARY KEY, iat_ms INTEGER NOT NULL)",
@@ -408,9 +435,23 @@ impl<S: Sql> Entries<S> {
             "ALTER TABLE entries ADD COLUMN leaf TEXT",
             "ALTER TABLE buckets ADD COLUMN leaves TEXT",
             "ALTER TABLE buckets ADD COLUMN last TEXT",
+            // Objects created before holds had an end (issue 44 #2).
+            "ALTER TABLE turns ADD COLUMN held_until_ms INTEGER NOT NULL DEFAULT 0",
         ] {
             let _ = sql.exec(q, &[]);
         }
+        // A turn stored as held before ends were recorded: held for the
+        // longest a hold can live from when it was last reported (its
+        // `seen_ms` is at least the hold's time), as a hold of no id.
+        sql.exec(
+            "INSERT OR IGNORE INTO holds (sub, id, until_ms)
+                 SELECT sub, '', seen_ms + ? FROM turns WHERE held = 1 AND held_until_ms = 0",
+            &[turns::MAX_HOLD_MS.into()],
+        )?;
+        sql.exec(
+            "UPDATE turns SET held_until_ms = seen_ms + ? WHERE held = 1 AND held_until_ms = 0",
+            &[turns::MAX_HOLD_MS.into()],
+        )?;
         let floor = self.meta.u64("stamp_floor").unwrap_or(0);
         self.stamper.set(Stamper { floor_ms: floor });
         Ok(())
@@ -731,18 +772,75 @@ impl<S: Sql> Entries<S> {
         Ok(json!({"ok": true}))
     }
 
-    /// Records that `sub` made a reservation (a live hold never loses the
-    /// turn). It may come before the person's first seen report (issue 44
-    /// #2: a fast buyer): then the row waits with place 0 (unknown), is not
-    /// reported, and the first `/seen` gives it its place and keeps `held`.
-    pub fn held(&self, sub: &str, now: u64) -> ApiResult<Value> {
+    /// Records that `b.sub` made a reservation (a hold that may still
+    /// exist keeps the turn until its end, `turns::hold_end`). It may come
+    /// before the person's first seen report (issue 44 #2: a fast buyer):
+    /// then the row waits with place 0 (unknown), is not reported, and the
+    /// first `/seen` gives it its place and keeps its hold. A hold already
+    /// cancelled stays cancelled (a replayed `202`).
+    pub fn held(&self, b: &TurnBody, now: u64) -> ApiResult<Value> {
+        let sub = b.sub.as_str();
+        let until = turns::hold_end(b.until_ms, now);
+        let id = b.reservation.as_deref().unwrap_or("");
+        self.forget_old_holds(sub, now)?;
+        self.sql.exec(
+            "INSERT INTO holds (sub, id, until_ms) VALUES (?, ?, ?)
+             ON CONFLICT(sub, id) DO UPDATE SET until_ms = excluded.until_ms WHERE released = 0",
+            &[sub.into(), id.into(), until.into()],
+        )?;
         self.sql.exec(
             "INSERT INTO turns (sub, place, seen_ms, held) VALUES (?, 0, ?, 1)
              ON CONFLICT(sub) DO UPDATE SET held = 1,
                  seen_ms = MAX(seen_ms, excluded.seen_ms), reported = 0",
             &[sub.into(), now.into()],
         )?;
+        self.hold_ends_at(sub)?;
         Ok(json!({"ok": true}))
+    }
+
+    /// Records that `b.sub` cancelled a reservation through the edge: that
+    /// hold ends now, and the turn is protected only as long as another
+    /// hold of theirs may exist; then the ordinary idleness rule applies,
+    /// counted from now at the earliest. A cancel with no turn known
+    /// records the hold's end only (a later `/held` replay cannot revive it).
+    /// A hold of unknown id (stored before ids, or from an older Worker) is
+    /// taken to be the one cancelled: per-user limits are mostly one, and
+    /// keeping it would protect an unused turn for up to a day.
+    pub fn released(&self, b: &TurnBody, now: u64) -> ApiResult<Value> {
+        let sub = b.sub.as_str();
+        let id = b.reservation.as_deref().unwrap_or("");
+        self.forget_old_holds(sub, now)?;
+        for other in [id, ""] {
+            self.sql.exec(
+                "INSERT INTO holds (sub, id, until_ms, released) VALUES (?, ?, ?, 1)
+                 ON CONFLICT(sub, id) DO UPDATE SET released = 1,
+                     until_ms = MIN(until_ms, excluded.until_ms)",
+                &[sub.into(), other.into(), now.into()],
+            )?;
+        }
+        self.hold_ends_at(sub)?;
+        Ok(json!({"ok": true}))
+    }
+
+    /// Holds (and cancels) that ended long ago say nothing any more.
+    fn forget_old_holds(&self, sub: &str, now: u64) -> ApiResult<()> {
+        self.sql.exec(
+            "DELETE FROM holds WHERE sub = ? AND until_ms < ?",
+            &[sub.into(), now.saturating_sub(HOLD_MEMORY_MS).into()],
+        )?;
+        Ok(())
+    }
+
+    /// The turn's protection: the latest end among the account's holds
+    /// (reported again when it changed).
+    fn hold_ends_at(&self, sub: &str) -> ApiResult<()> {
+        self.sql.exec(
+            "UPDATE turns SET reported = 0, held_until_ms =
+                 COALESCE((SELECT MAX(until_ms) FROM holds WHERE sub = ?), 0)
+             WHERE sub = ?",
+            &[sub.into(), sub.into()],
+        )?;
+        Ok(())
     }
 
     /// Bucket `j` of the drawn pre-queue (what isolates place people by).
@@ -935,14 +1033,15 @@ impl<S: Sql> Entries<S> {
             }
         }
         let through = until_ms / 1000 - 1;
-        let turns: Vec<(u64, u64, bool)> = self
+        let turns: Vec<(u64, u64, u64)> = self
             .sql
             .rows::<TurnRow>(
-                "SELECT place, seen_ms, held FROM turns WHERE reported = 0 AND place > 0 LIMIT 5000",
+                "SELECT place, seen_ms, held_until_ms FROM turns
+                 WHERE reported = 0 AND place > 0 LIMIT 5000",
                 &[],
             )?
             .into_iter()
-            .map(|r| (r.place as u64, r.seen_ms as u64, r.held as u64 == 1))
+            .map(|r| (r.place as u64, r.seen_ms as u64, r.held_until_ms as u64))
             .collect();
         let body = json!({"shard": shard, "through": through, "seconds": seconds,
                           "requests": requests, "turns": turns});
@@ -960,10 +1059,10 @@ impl<S: Sql> Entries<S> {
         let Some(through) = report.through else {
             return Ok(());
         };
-        for (place, seen, _) in &report.turns {
+        for (place, seen, until) in &report.turns {
             self.sql.exec(
-                "UPDATE turns SET reported = 1 WHERE place = ? AND seen_ms = ?",
-                &[(*place).into(), (*seen).into()],
+                "UPDATE turns SET reported = 1 WHERE place = ? AND seen_ms = ? AND held_until_ms = ?",
+                &[(*place).into(), (*seen).into(), (*until).into()],
             )?;
         }
         self.set("reported_through", through)
@@ -1182,7 +1281,7 @@ mod tests {
         let s = shard();
         s.join(SALE, body("a", START + 100), START + 100, keys)
             .unwrap();
-        s.held("a", START + 1_100).unwrap();
+        s.held(&hold("a", None, None), START + 1_100).unwrap();
         let r = s.report(START + 1_500, 1).unwrap().unwrap();
         assert!(r.turns.is_empty(), "no place known yet: nothing to report");
         s.report_sent(&r).unwrap();
@@ -1194,7 +1293,112 @@ mod tests {
         )
         .unwrap();
         let r = s.report(START + 2_500, 1).unwrap().unwrap();
-        assert_eq!(r.turns, vec![(1, START + 1_100, true)], "held, kept");
+        assert_eq!(
+            r.turns,
+            vec![(1, START + 1_100, START + 1_100 + turns::MAX_HOLD_MS)],
+            "held (an older Worker's body: no end known, bounded), kept"
+        );
+    }
+
+    fn hold(sub: &str, id: Option<&str>, until_ms: Option<u64>) -> TurnBody {
+        TurnBody {
+            sub: sub.into(),
+            reservation: id.map(str::to_string),
+            until_ms,
+        }
+    }
+
+    /// Issue 44 #2 (leftover): the turn is protected until the hold's
+    /// `expires_at`, and a cancel through the edge ends it at once — unless
+    /// another hold of the person may still exist; a replayed grant of a
+    /// cancelled hold does not revive it.
+    #[test]
+    fn a_hold_protects_until_its_expiry_and_a_cancel_ends_it() {
+        let s = shard();
+        s.join(SALE, body("a", START + 100), START + 100, keys)
+            .unwrap();
+        let seen = |at: u64| {
+            s.seen(
+                &SeenBody {
+                    seen: vec![("a".into(), 1, at)],
+                },
+                at,
+            )
+            .unwrap()
+        };
+        let turns_at = |now: u64| {
+            let r = s.report(now, 0).unwrap().unwrap();
+            s.report_sent(&r).unwrap();
+            r.turns
+        };
+        seen(START + 500);
+        let expires = START + 600_000;
+        s.held(&hold("a", Some("r1"), Some(expires)), START + 1_100)
+            .unwrap();
+        assert_eq!(turns_at(START + 2_000), vec![(1, START + 1_100, expires)]);
+        // A second hold ending later, then the first cancelled: the second
+        // still protects.
+        s.held(&hold("a", Some("r2"), Some(expires + 5_000)), START + 2_100)
+            .unwrap();
+        s.released(&hold("a", Some("r1"), None), START + 3_100)
+            .unwrap();
+        assert_eq!(
+            turns_at(START + 4_000),
+            vec![(1, START + 2_100, expires + 5_000)]
+        );
+        // Both cancelled: the protection ends at the last cancel.
+        s.released(&hold("a", Some("r2"), None), START + 4_100)
+            .unwrap();
+        assert_eq!(
+            turns_at(START + 5_000),
+            vec![(1, START + 2_100, START + 4_100)]
+        );
+        // The first grant replayed (same reservation): still cancelled.
+        s.held(&hold("a", Some("r1"), Some(expires)), START + 5_100)
+            .unwrap();
+        assert_eq!(
+            turns_at(START + 6_000),
+            vec![(1, START + 5_100, START + 4_100)]
+        );
+        // A grant's end never reaches past the origin's bound on holds.
+        s.held(&hold("a", Some("r3"), Some(u64::MAX / 2)), START + 6_100)
+            .unwrap();
+        assert_eq!(
+            turns_at(START + 7_000),
+            vec![(1, START + 6_100, START + 6_100 + turns::MAX_HOLD_MS)]
+        );
+    }
+
+    /// Objects stored before holds had an end (a `held` flag only) keep
+    /// working: such a turn is held for the longest a hold can live from
+    /// its last report, not forever, and a cancel ends it.
+    #[test]
+    fn a_turn_held_before_ends_were_recorded_is_bounded() {
+        let sql = MemSql::new();
+        sql.exec(
+            "CREATE TABLE turns (sub TEXT PRIMARY KEY, place INTEGER NOT NULL,
+                 seen_ms INTEGER NOT NULL, held INTEGER NOT NULL DEFAULT 0,
+                 reported INTEGER NOT NULL DEFAULT 0)",
+            &[],
+        )
+        .unwrap();
+        sql.exec(
+            "INSERT INTO turns (sub, place, seen_ms, held, reported) VALUES ('a', 1, ?, 1, 0)",
+            &[(START + 1_000).into()],
+        )
+        .unwrap();
+        let s = Entries::open(sql).unwrap();
+        s.configure(SALE, 0, 1, START, None).unwrap();
+        let r = s.report(START + 2_000, 0).unwrap().unwrap();
+        assert_eq!(
+            r.turns,
+            vec![(1, START + 1_000, START + 1_000 + turns::MAX_HOLD_MS)]
+        );
+        s.report_sent(&r).unwrap();
+        s.released(&hold("a", Some("r"), None), START + 3_000)
+            .unwrap();
+        let r = s.report(START + 4_000, 0).unwrap().unwrap();
+        assert_eq!(r.turns, vec![(1, START + 1_000, START + 3_000)]);
     }
 
     #[test]
@@ -1240,7 +1444,7 @@ mod tests {
             r.body["seconds"][0]["stamps"],
             json!([[START + 1_200, 3], [START + 1_200, 4]])
         );
-        assert_eq!(r.turns, vec![(1, START + 1_700, false)]);
+        assert_eq!(r.turns, vec![(1, START + 1_700, 0)]);
         // Seen again before the coordinator answered: reported again later.
         s.seen(
             &SeenBody {
@@ -1250,9 +1454,10 @@ mod tests {
         )
         .unwrap();
         s.report_sent(&r).unwrap();
-        s.held("a", START + 2_200).unwrap();
+        s.held(&hold("a", Some("r"), Some(START + 60_000)), START + 2_200)
+            .unwrap();
         let r = s.report(START + 3_100, 3).unwrap().unwrap();
-        assert_eq!(r.turns, vec![(1, START + 2_200, true)]);
+        assert_eq!(r.turns, vec![(1, START + 2_200, START + 60_000)]);
         s.report_sent(&r).unwrap();
         let r = s.report(START + 4_100, 3).unwrap().unwrap();
         assert!(r.turns.is_empty(), "reported once");

@@ -8,7 +8,9 @@
 //!   of a key this edge passed a `202` for (`http::sold_out`);
 //! - an origin `410 sold_out` flags the sale and tells the queue, so every
 //!   waiting person hears it at once; a `202` tells the person's shard the
-//!   turn is used (a live hold never loses its turn);
+//!   turn is used until the hold's `expires_at` (a hold that may still
+//!   exist never loses its turn), and a cancel answered `2xx` tells it
+//!   that hold ended (`api::reservation` reads both answers);
 //! - every forwarded request carries a sane `x-request-id` and logs one
 //!   access line; the origin's answer is passed on untouched.
 
@@ -18,14 +20,15 @@ use token::{Expect, TokenError, TokenType};
 use worker::{Env, Fetch, Headers, Method, Request, RequestInit, Response, console_log, js_sys};
 
 use crate::api::error::{ApiError, ApiResult};
-use crate::api::routes;
 use crate::api::trace;
+use crate::api::{reservation, routes};
 use crate::guard::limit::Limiter;
 use crate::http::keys::{bearer_of, ring};
 use crate::http::origin::{origin_url, send_with_timeout};
 use crate::http::respond::{body_limited, error_response, internal, now_ms};
 use crate::http::sold_out::{held_key_known, remember_held_key, set_sold_out, sold_out_known};
-use crate::worker::calls::{tell_held, tell_sold_out};
+use crate::worker::calls::{tell_held, tell_released, tell_sold_out};
+use crate::worker::sale::parse_time;
 
 const ORIGIN_TIMEOUT_MS: u32 = 5_000;
 
@@ -150,8 +153,12 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
     )
     .await?;
     if resp.status_code() == 202 {
-        // A person with a live hold never loses the turn (issue 13 #4).
-        tell_held(env, sale, &claims.sub).await;
+        // A person whose hold may still exist keeps the turn (issue 13 #4),
+        // until the hold's end (issue 44 #2: not forever).
+        let granted = answer_copy(&mut resp)
+            .await
+            .and_then(|b| reservation::granted(&b, parse_time));
+        tell_held(env, sale, &claims.sub, granted.as_ref()).await;
         if let Some(name) = &held {
             remember_held_key(name).await;
         }
@@ -167,13 +174,15 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
 /// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
 /// which is passed on untouched). See [`crate::api::error::gone_means_sold_out`].
 async fn gone_says_sold_out(resp: &mut Response) -> bool {
-    match resp.cloned() {
-        Ok(mut copy) => copy
-            .bytes()
-            .await
-            .is_ok_and(|b| crate::api::error::gone_means_sold_out(&b)),
-        Err(_) => false,
-    }
+    answer_copy(resp)
+        .await
+        .is_some_and(|b| crate::api::error::gone_means_sold_out(&b))
+}
+
+/// The body of a copy of an answer (the answer itself is passed on
+/// untouched).
+async fn answer_copy(resp: &mut Response) -> Option<Vec<u8>> {
+    resp.cloned().ok()?.bytes().await.ok()
 }
 
 /// Reservation calls accept an `admit` or a `user` token; the origin checks
@@ -185,37 +194,57 @@ pub(crate) async fn forward_reservation(
     path: &str,
 ) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
+    let sub = account_of(env, &token)?;
+    let cancel = method == Method::Delete;
+    let mut resp = forward(env, req, method, path).await?;
+    if cancel && (200..300).contains(&resp.status_code()) {
+        // That hold no longer protects the turn (issue 44 #2): the answer
+        // names the sale, which neither the route nor a user token does.
+        if let Some(c) = answer_copy(&mut resp)
+            .await
+            .and_then(|b| reservation::cancelled(&b))
+        {
+            tell_released(env, &sub, &c).await;
+        }
+    }
+    Ok(resp)
+}
+
+/// The account of a valid `admit` or `user` token (every refusal its code).
+fn account_of(env: &Env, token: &str) -> ApiResult<String> {
     let now = now_ms() / 1000;
-    if !token::is_v1(&token) {
+    if !token::is_v1(token) {
         // A JWT can only be a shop's user token.
-        ring(env, "USER_TOKEN_KEYS")?
-            .verify_user(&token, now)
-            .map_err(ApiError::token)?;
-        return forward(env, req, method, path).await;
+        return ring(env, "USER_TOKEN_KEYS")?
+            .verify_user(token, now)
+            .map(|c| c.sub)
+            .map_err(ApiError::token);
     }
     let admit = ring(env, "ADMISSION_TOKEN_KEYS")?.verify(
-        &token,
+        token,
         Expect {
             typ: TokenType::Admit,
             sale: None,
         },
         now,
     );
-    if let Err(admit_err) = admit {
-        let user = ring(env, "USER_TOKEN_KEYS")?.verify_user(&token, now);
-        if let Err(user_err) = user {
-            // Report the more telling of the two refusals.
-            let e = match admit_err {
-                TokenError::UnknownKid | TokenError::WrongType => user_err,
-                other => other,
-            };
-            let e = if e == TokenError::UnknownKid && admit_err == TokenError::WrongType {
-                admit_err
-            } else {
-                e
-            };
-            return Err(ApiError::token(e));
-        }
+    match admit {
+        Ok(c) => Ok(c.sub),
+        Err(admit_err) => match ring(env, "USER_TOKEN_KEYS")?.verify_user(token, now) {
+            Ok(c) => Ok(c.sub),
+            Err(user_err) => {
+                // Report the more telling of the two refusals.
+                let e = match admit_err {
+                    TokenError::UnknownKid | TokenError::WrongType => user_err,
+                    other => other,
+                };
+                let e = if e == TokenError::UnknownKid && admit_err == TokenError::WrongType {
+                    admit_err
+                } else {
+                    e
+                };
+                Err(ApiError::token(e))
+            }
+        },
     }
-    forward(env, req, method, path).await
 }

@@ -1,0 +1,122 @@
+//! What the edge reads of the origin's reservation answers (pure,
+//! host-tested): which hold a `202` granted and until when, and which hold
+//! a cancel gave back. The Worker passes the answers on untouched; these
+//! readings only tell the person's queue shard how long their turn is
+//! protected (`admission::turns`, issue 44 #2: a hold protected it
+//! forever).
+//!
+//! Invariants kept here:
+//! - an answer that cannot be read says nothing: no id, no hold;
+//! - a readable `202` without a readable `expires_at` is still a hold (it
+//!   exists), its end left to the reader's bound
+//!   (`admission::turns::hold_end`), never "forever".
+
+use serde::Deserialize;
+
+/// A hold the origin granted (`202` of `POST …/reservations`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    pub reservation_id: String,
+    /// `expires_at` in unix ms, when readable.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// A hold the origin cancelled (`2xx` of `DELETE /api/reservations/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cancelled {
+    pub sale: String,
+    pub reservation_id: String,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    reservation_id: String,
+    #[serde(default)]
+    sale: Option<String>,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// The hold a `202` answer body granted; times read by `parse_time`
+/// (RFC 3339 to unix ms: `Date.parse` in the Worker).
+pub fn granted(body: &[u8], parse_time: impl Fn(&str) -> Option<u64>) -> Option<Granted> {
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    if a.reservation_id.is_empty() {
+        return None;
+    }
+    Some(Granted {
+        expires_at_ms: a.expires_at.as_deref().and_then(parse_time),
+        reservation_id: a.reservation_id,
+    })
+}
+
+/// The hold a cancel's answer body gave back (`status: "cancelled"`, with
+/// its sale: the route names no sale, and a user token none either).
+pub fn cancelled(body: &[u8]) -> Option<Cancelled> {
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    let sale = a.sale.filter(|s| !s.is_empty())?;
+    (a.status.as_deref() == Some("cancelled") && !a.reservation_id.is_empty()).then_some(
+        Cancelled {
+            sale,
+            reservation_id: a.reservation_id,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Option<u64> {
+        t.parse().ok()
+    }
+
+    #[test]
+    fn a_grant_is_read_with_its_expiry_and_without_one() {
+        let g = granted(
+            br#"{"reservation_id":"s.0.u","sale":"s","qty":1,"status":"held","expires_at":"1234"}"#,
+            parse,
+        );
+        assert_eq!(
+            g,
+            Some(Granted {
+                reservation_id: "s.0.u".into(),
+                expires_at_ms: Some(1234),
+            })
+        );
+        let g = granted(br#"{"reservation_id":"s.0.u","expires_at":"soon"}"#, parse).unwrap();
+        assert_eq!(g.expires_at_ms, None, "a hold whose end is unreadable");
+        for junk in [
+            &b""[..],
+            b"{}",
+            b"null",
+            b"{\"reservation_id\":\"\"}",
+            b"\xff",
+        ] {
+            assert_eq!(granted(junk, parse), None);
+        }
+    }
+
+    #[test]
+    fn a_cancel_is_read_with_its_sale() {
+        let c = cancelled(br#"{"reservation_id":"s.0.u","sale":"s","qty":1,"status":"cancelled"}"#);
+        assert_eq!(
+            c,
+            Some(Cancelled {
+                sale: "s".into(),
+                reservation_id: "s.0.u".into(),
+            })
+        );
+        for other in [
+            &br#"{"reservation_id":"s.0.u","sale":"s","status":"held"}"#[..],
+            br#"{"reservation_id":"s.0.u","status":"cancelled"}"#,
+            br#"{"reservation_id":"","sale":"s","status":"cancelled"}"#,
+            b"{\"error\":{\"code\":\"x\"}}",
+            b"",
+        ] {
+            assert_eq!(cancelled(other), None);
+        }
+    }
+}
