@@ -3,7 +3,8 @@
 # database and Redis key prefix, and `wrangler dev` from its own config
 # folder (own .dev.vars and Durable Object state) — and stops all of it on
 # exit. Exports EDGE_URL, ORIGIN_URL, ORIGIN_BIN, ORIGIN_PID, RUN_DIR, the
-# token keys and the origin's environment for the CLI.
+# token keys, ADMIN_KEYS (two admin keys, as during a rotation: the edge's
+# per-sale metrics answer either) and the origin's environment for the CLI.
 #
 #   ORIGIN_BIN=path   use this origin binary instead of building it
 #   EDGE_E2E_KEEP=1   keep the run folder (logs) under test-output/
@@ -117,6 +118,9 @@ export USER_TOKEN_KEYS ADMISSION_TOKEN_KEYS PAYMENT_WEBHOOK_SECRET
 USER_TOKEN_KEYS="$(key "u$RANDOM")"
 ADMISSION_TOKEN_KEYS="$(key "a$RANDOM"),$(key "a$RANDOM")"
 PAYMENT_WEBHOOK_SECRET="$(head -c 24 /dev/urandom | base64 -w0)"
+export ADMIN_KEYS
+admin_secret() { head -c 32 /dev/urandom | base64 -w0 | tr '+/' '-_' | tr -d '='; }
+ADMIN_KEYS="ops-e2e:$(admin_secret),old-e2e:$(admin_secret)"
 export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$stack_db"
 if [[ -n "${EDGE_REDIS_URL:-}" ]]; then
   export REDIS_URL="$EDGE_REDIS_URL"
@@ -165,6 +169,7 @@ sed -e "s#^main = \"#main = \"$ROOT/#" \
 {
   echo "USER_TOKEN_KEYS=$USER_TOKEN_KEYS"
   echo "ADMISSION_TOKEN_KEYS=$ADMISSION_TOKEN_KEYS"
+  echo "ADMIN_KEYS=$ADMIN_KEYS"
   echo "DEV_MODE=${EDGE_DEV_MODE:-0}"
   echo "TURNSTILE_SITEVERIFY_URL=http://127.0.0.1:$TURNSTILE_PORT/siteverify"
   echo "TURNSTILE_SECRET_KEY=e2e-turnstile-secret"

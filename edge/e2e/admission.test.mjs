@@ -9,7 +9,7 @@ import { execFileSync } from 'node:child_process';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  EDGE, ORIGIN, call, claims, createSale, origin, placeOf, pool, rid, sign, sleep, userToken, until,
+  EDGE, ORIGIN, adminKey, call, claims, createSale, edgeMetrics, origin, placeOf, pool, rid, sign, sleep, userToken, until,
 } from './lib.mjs';
 
 const SALE = `e2e-adm-${rid()}`;
@@ -121,10 +121,10 @@ test('the origin stopped for 20 s: nobody admitted meanwhile, no window lost, se
 });
 
 test('operators read admission as Prometheus text: admitted, why the rate changed, time held', async () => {
-  const r = await fetch(`${EDGE}/api/sales/${SALE}/metrics`, { signal: AbortSignal.timeout(20_000) });
-  assert.equal(r.status, 200);
+  const r = await edgeMetrics(SALE);
+  assert.equal(r.status, 200, r.text);
   assert.match(r.headers.get('content-type'), /^text\/plain; version=0\.0\.4/);
-  const text = await r.text();
+  const { text } = r;
   const value = (series) => {
     const line = text.split('\n').find((l) => l.startsWith(`${series} `));
     assert.ok(line, `${series} in\n${text}`);
@@ -139,9 +139,16 @@ test('operators read admission as Prometheus text: admitted, why the rate change
   assert.ok(value(l('edge_admission_rate_changes_total', 'origin_down')) >= 1);
   // The pause (≥ 8 s) and the outage (≥ 13 s) were held.
   assert.ok(value(l('edge_admission_frozen_seconds_total')) >= 20, text);
-  const unknown = await call('GET', `${EDGE}/api/sales/no-such-${rid()}/metrics`);
+  const unknown = await call('GET', `${EDGE}/api/sales/no-such-${rid()}/metrics`, { token: adminKey() });
   assert.equal(unknown.status, 404);
   assert.equal(unknown.body.error.code, 'sale_not_found');
+  // Operators only: without the admin key, nothing is told (not even
+  // whether the sale exists).
+  for (const sale of [SALE, `no-such-${rid()}`]) {
+    const anon = await call('GET', `${EDGE}/api/sales/${sale}/metrics`);
+    assert.equal(anon.status, 401, JSON.stringify(anon.body));
+    assert.equal(anon.body.error.code, 'admin_key_required');
+  }
 });
 
 test('a person who stops polling for 30 s loses the turn to the next person within 35 s, and may join again at the back', async () => {
@@ -183,7 +190,7 @@ test('a person who stops polling for 30 s loses the turn to the next person with
   const placed = await placeOf(sale, gone.ticket);
   assert.equal(placed.place, 3, `at the back: ${JSON.stringify(placed)}`);
   assert.equal(placed.status, 'waiting');
-  const m = await (await fetch(`${EDGE}/api/sales/${sale}/metrics`)).text();
+  const m = (await edgeMetrics(sale)).text;
   assert.match(m, new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} 1\\n`));
 });
 
@@ -238,7 +245,7 @@ test('the origin made slow: the rate backs off while its p99 is over the target,
       return q.admission_rate <= CEILING / 2 && !q.frozen ? q : null;
     }, 1000);
     assert.ok(backedOff, `the rate backs off while the origin is slow: ${low.join(', ')}`);
-    const m = await (await fetch(`${EDGE}/api/sales/${sale}/metrics`)).text();
+    const m = (await edgeMetrics(sale)).text;
     assert.match(m, new RegExp(`edge_admission_rate_changes_total\\{sale="${sale}",reason="slow"\\} [1-9]`), m);
     const back = await until(60_000, async () => (await queue()).admission_rate === CEILING, 1000);
     assert.ok(back, `the rate climbs back to the ceiling once the origin is fast: ${(await queue()).admission_rate}`);

@@ -35,6 +35,19 @@ export function claims(typ, sub, sale, ttl = 3600, now = Math.floor(Date.now() /
 export const userToken = (sub, ttl) =>
   sign(process.env.USER_TOKEN_KEYS, claims('user', sub, undefined, ttl));
 
+/** The secret of admin key `i` of the stack's `ADMIN_KEYS` (`id:secret,…`). */
+export const adminKey = (i = 0) => process.env.ADMIN_KEYS.split(',')[i].split(':').slice(1).join(':');
+
+/**
+ * The sale's admission metrics from the edge (operators only: the admin
+ * key); answers { status, text }.
+ */
+export async function edgeMetrics(sale, { key = adminKey(), timeoutMs = 20_000 } = {}) {
+  const headers = key === null ? {} : { authorization: `Bearer ${key}` };
+  const r = await fetch(`${EDGE}/api/sales/${sale}/metrics`, { headers, signal: AbortSignal.timeout(timeoutMs) });
+  return { status: r.status, headers: r.headers, text: await r.text() };
+}
+
 export function decode(token) {
   return JSON.parse(Buffer.from(token.split('.')[2], 'base64url').toString());
 }

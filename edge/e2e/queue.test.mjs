@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   EDGE, QUEUE_SHARDS, call, createSale, decode, drawKey, leafOf, listedDraw, listingOf, merkleRoot, origin,
-  assertObjectCallsCounted, placesOf, placeOf, pool, reservationRequests, rid,
+  adminKey, assertObjectCallsCounted, edgeMetrics, placesOf, placeOf, pool, reservationRequests, rid,
   sha256hex, shardOf, sign, claims, sleep, spearman, userToken, until,
 } from './lib.mjs';
 
@@ -552,7 +552,54 @@ test('first polls of people who arrived in the same seconds cost one object call
   await assertObjectCallsCounted(SALE, lastLate.account);
 });
 
-test('anonymous metrics scrapes and listing pages of any from/limit reach the coordinator a bounded number of times', async () => {
+test('metrics without the admin key are refused 401 admin_key_required before the coordinator is called', async () => {
+  // Issue 44 #3: the metrics were anonymous, and each scrape a coordinator
+  // call. Refused scrapes must cost it nothing.
+  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  const wrong = `${adminKey().slice(0, -1)}${adminKey().endsWith('A') ? 'B' : 'A'}`;
+  const refusedRound = async () => {
+    const answers = await pool(Array.from({ length: 60 }, (_, i) => i), 8, async (i) => {
+      const key = [null, wrong, `ops-e2e:${adminKey()}`][i % 3];
+      // Spread over more than the 1 s a figure is shared in an isolate
+      // (60 at 8 at once, 150 ms apart: about 1.2 s).
+      await sleep(150);
+      return edgeMetrics(SALE, { key });
+    });
+    for (const r of answers) {
+      assert.equal(r.status, 401, r.text);
+      assert.equal(JSON.parse(r.text).error.code, 'admin_key_required');
+      assert.doesNotMatch(r.text, /edge_admission/);
+    }
+  };
+  const keyedRound = async () => {
+    for (let i = 0; i < 3; i++) {
+      for (const key of [adminKey(0), adminKey(1)]) {
+        const r = await edgeMetrics(SALE, { key });
+        assert.equal(r.status, 200, r.text);
+        assert.match(r.text, new RegExp(`edge_admission_admitted_total\\{sale="${SALE}"\\} `));
+      }
+      await sleep(1100); // a new figure each second, asked of the coordinator
+    }
+  };
+  const measure = async (round) => {
+    await sleep(1100);
+    const before = await doRequests();
+    const t0 = Date.now();
+    await round();
+    const elapsed = Date.now() - t0;
+    return { calls: (await doRequests()) - before, elapsed };
+  };
+  const refused = await measure(refusedRound);
+  // This read's own summary refresh, at most, and snapshot refreshes (2.5 s).
+  assert.ok(refused.calls <= 1 + Math.ceil(refused.elapsed / 2500),
+    `${refused.calls} coordinator calls for 60 refused scrapes in ${refused.elapsed} ms`);
+  // Control, with the same count: scrapes with a key (either of the two,
+  // as during a rotation) over more than 3 s reach the coordinator.
+  const keyed = await measure(keyedRound);
+  assert.ok(keyed.calls >= 3, `control: ${keyed.calls} coordinator calls for keyed scrapes over ${keyed.elapsed} ms`);
+});
+
+test('metrics scrapes (admin key) and anonymous listing pages of any from/limit reach the coordinator a bounded number of times', async () => {
   // Issue 44 #3: every scrape ran a snapshot in the coordinator, and each
   // distinct from/limit pair was a new cache entry and a /listing call.
   const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
@@ -561,8 +608,8 @@ test('anonymous metrics scrapes and listing pages of any from/limit reach the co
   const t0 = Date.now();
   const REQUESTS = 1000;
   await pool(Array.from({ length: REQUESTS / 2 }, (_, i) => i), 16, async (i) => {
-    const m = await call('GET', `${EDGE}/api/sales/${SALE}/metrics`);
-    assert.equal(m.status, 200, m.body);
+    const m = await edgeMetrics(SALE);
+    assert.equal(m.status, 200, m.text);
     const from = 1 + ((i * 7919) % N);
     const limit = 1 + ((i * 104729) % 512);
     const r = await call('GET', `${EDGE}/api/sales/${SALE}/draw?from=${from}&limit=${limit}`);
@@ -577,6 +624,6 @@ test('anonymous metrics scrapes and listing pages of any from/limit reach the co
   // snapshot refreshes (2.5 s) and the summaries' own.
   const allowed = Math.ceil(N / 512) + 2 * Math.ceil(elapsed / 1000) + 4;
   assert.ok(calls <= allowed, `${calls} object calls for ${REQUESTS} anonymous requests in ${elapsed} ms (allowed ${allowed})`);
-  console.log(`# ${calls} coordinator calls per ${REQUESTS} anonymous metrics and listing requests (${elapsed} ms)`);
+  console.log(`# ${calls} coordinator calls per ${REQUESTS} metrics and listing requests (${elapsed} ms)`);
   await assertObjectCallsCounted(SALE, lastLate.account);
 });

@@ -67,6 +67,17 @@ impl ApiError {
         )
     }
 
+    /// An operator route (the sale's metrics) without a configured admin
+    /// key: missing, not a bearer, or no such key — one answer for all, so
+    /// a caller learns nothing about which.
+    pub fn admin_key_required() -> Self {
+        Self::new(
+            401,
+            "admin_key_required",
+            "an Authorization: Bearer <admin key> (ADMIN_KEYS) is required",
+        )
+    }
+
     pub fn sold_out() -> Self {
         Self::new(410, "sold_out", "the sale is sold out")
     }

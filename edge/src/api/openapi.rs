@@ -66,6 +66,20 @@ impl Modify for Security {
                     .build(),
             ),
         );
+        components.add_security_scheme(
+            "admin_key",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format(
+                        "the secret of one of the worker secret ADMIN_KEYS                          (`id:secret[,id:secret…]`), for operators' routes",
+                    )
+                    .description(Some(
+                        "Operators only: `Authorization: Bearer <secret>` of one of `ADMIN_KEYS`",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -368,9 +382,12 @@ fn draw() {}
 /// Route::Metrics.
 #[utoipa::path(get, path = "/api/sales/{sale}/metrics", tag = "operations",
     params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
+    security(("admin_key" = [])),
     responses(
         (status = 200, description = "The sale's admission figures, Prometheus text", body = String, content_type = "text/plain; version=0.0.4"),
+        (status = 401, description = "`admin_key_required`: no admin key, or not one of `ADMIN_KEYS` (checked before anything else)", body = ErrorBody),
         (status = 404, description = "`sale_not_found`", body = ErrorBody),
+        (status = 500, description = "`config_error`: `ADMIN_KEYS` is malformed", body = ErrorBody),
     ))]
 fn metrics() {}
 

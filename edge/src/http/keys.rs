@@ -1,8 +1,8 @@
-//! The key rings and bearer tokens of requests (Wasm only).
+//! The key rings, the admin keys and bearer tokens of requests (Wasm only).
 //!
-//! Invariant kept here: a ring is parsed once per isolate and per secret
-//! text, so a rotated secret is read on the next request and an unchanged
-//! one costs a string comparison.
+//! Invariant kept here: a ring (and `ADMIN_KEYS`) is parsed once per
+//! isolate and per secret text, so a rotated secret is read on the next
+//! request and an unchanged one costs a string comparison.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,10 +13,35 @@ use worker::{Env, Request};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::api::routes;
+use crate::guard::admin::AdminKeys;
 use crate::http::respond::now_ms;
 
 thread_local! {
     static RINGS: RefCell<HashMap<&'static str, (String, Rc<KeyRing>)>> = RefCell::new(HashMap::new());
+    static ADMIN: RefCell<Option<(String, Rc<AdminKeys>)>> = const { RefCell::new(None) };
+}
+
+/// The admin keys (`ADMIN_KEYS`, a secret; unset: none, so nobody is let
+/// in), parsed once per isolate. A malformed list is a 500 `config_error`
+/// on the routes that need it, naming no secret.
+pub(crate) fn admin_keys(env: &Env) -> ApiResult<Rc<AdminKeys>> {
+    let raw = env
+        .secret("ADMIN_KEYS")
+        .map(|s| s.to_string())
+        .or_else(|_| env.var("ADMIN_KEYS").map(|v| v.to_string()))
+        .unwrap_or_default();
+    if let Some(k) = ADMIN.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(text, _)| *text == raw)
+            .map(|(_, k)| k.clone())
+    }) {
+        return Ok(k);
+    }
+    let parsed =
+        Rc::new(AdminKeys::parse(Some(&raw)).map_err(|m| ApiError::new(500, "config_error", m))?);
+    ADMIN.with(|c| *c.borrow_mut() = Some((raw, parsed.clone())));
+    Ok(parsed)
 }
 
 /// The key ring named `name` from the environment, parsed once per isolate.

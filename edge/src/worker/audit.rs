@@ -1,17 +1,19 @@
 //! The draw's audit, a holder's receipt and the admission metrics (Wasm
 //! only): published pieces, immutable once listed and so cached for good.
 //!
-//! Invariant kept here: unknown sales are refused before an object is
-//! created for them (the origin's summary first); nothing here writes.
+//! Invariants kept here: unknown sales are refused before an object is
+//! created for them (the origin's summary first); the metrics answer only
+//! an admin key (`guard::admin`), checked before any call; nothing here
+//! writes.
 
 use serde_json::{Value, json};
-use worker::{Cache, Env, Method, Request, Response};
+use worker::{Cache, Env, Method, Request, Response, console_log};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::draw::freeze::LISTING_MAX;
 use crate::draw::hash;
 use crate::http::cache::{cache_key, cache_put_json};
-use crate::http::keys::{bearer_of, ring, ticket_claims};
+use crate::http::keys::{admin_keys, bearer_of, ring, ticket_claims};
 use crate::http::origin::origin_summary;
 use crate::http::respond::{internal, json_response, query};
 use crate::queue::poll::{aligned_pages, listing_page, listing_slice};
@@ -134,10 +136,15 @@ fn not_in_draw() -> ApiError {
     )
 }
 
-/// `GET /api/sales/{sale}/metrics`: the coordinator's admission figures as
-/// Prometheus text (`metrics::render`), for a scraper; at most a second old
-/// (not cached downstream).
-pub(crate) async fn metrics(env: &Env, sale: &str) -> ApiResult<Response> {
+/// `GET /api/sales/{sale}/metrics` (admin key): the coordinator's
+/// admission figures as Prometheus text (`metrics::render`), for a
+/// scraper; at most a second old (not cached downstream).
+pub(crate) async fn metrics(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
+    // Operators only (issue 44 #3), checked before anything is asked of
+    // the origin or the coordinator: a refused scrape costs them nothing.
+    let auth = req.headers().get("authorization").ok().flatten();
+    let id = admin_keys(env)?.check(auth.as_deref())?.to_string();
+    console_log!("metrics {sale}: admin key {id}");
     // Unknown sales are refused before an object is created for them.
     origin_summary(env, sale).await?;
     // At most one coordinator call per second per location however many
