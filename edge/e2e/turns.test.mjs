@@ -1,9 +1,10 @@
 // Turns kept through what is nobody's fault (issue 44 #0, #1): an origin
 // outage, and a sold-out spell while units may come back. A person admitted
-// before either, who keeps polling as the page does, keeps the turn.
+// before either, who keeps polling as the page does, keeps the turn. And a
+// turn kept by a hold is kept only while the hold may exist (issue 44 #2).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { EDGE, call, createSale, rid, sleep, userToken, until } from './lib.mjs';
+import { EDGE, call, createSale, edgeMetrics, rid, sleep, userToken, until } from './lib.mjs';
 
 async function join(sale, p) {
   const r = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(p.account) });
@@ -116,5 +117,64 @@ test('a person polling steadily across isolates keeps the turn: seen reports lea
     assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
     const s = await status(sale, p);
     assert.equal(s.status, 'admitted', `still admitted while polling: ${JSON.stringify(s)}`);
+  }
+});
+
+test('a hold protects the turn only while it may exist: 30 s unseen after a cancel or after the hold expired, the turn passes on', async () => {
+  // Issue 44 #2 (leftover): once a person had reserved through the edge,
+  // the turn was protected for good, even after the hold was cancelled or
+  // had expired, so a turn nobody used was never passed on.
+  const sale = `e2e-hold-ends-${rid()}`;
+  createSale({
+    sale, name: 'E2E holds end', units: 4, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 2, 'hold-seconds': 8,
+  });
+  const [a, b] = [`he-a-${rid()}`, `he-b-${rid()}`].map((account) => ({ account }));
+  await join(sale, a);
+  await join(sale, b);
+  const both = await until(30_000, async () => {
+    for (const p of [a, b]) {
+      const s = await status(sale, p);
+      if (s.admission_token) p.admit = s.admission_token;
+    }
+    return a.admit && b.admit;
+  }, 500);
+  assert.ok(both, 'A and B are admitted');
+  const reserve = (p) => call('POST', `${EDGE}/api/sales/${sale}/reservations`, {
+    token: p.admit, body: { qty: 1 }, headers: { 'idempotency-key': `he-${rid()}` },
+  });
+  // A reserves and cancels through the edge; B reserves and lets the hold
+  // (8 s) expire. Neither polls again.
+  const ra = await reserve(a);
+  assert.equal(ra.status, 202, JSON.stringify(ra.body));
+  const cancel = await call('DELETE', `${EDGE}/api/reservations/${ra.body.reservation_id}`, { token: a.admit });
+  assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+  const cancelledAt = Date.now();
+  const rb = await reserve(b);
+  assert.equal(rb.status, 202, JSON.stringify(rb.body));
+  const expiresAt = Date.parse(rb.body.expires_at);
+  assert.ok(expiresAt - Date.now() <= 9_000, `an 8 s hold: ${rb.body.expires_at}`);
+  // A metrics read is not a poll: it counts the turns given back.
+  const abandoned = async () => {
+    const m = await edgeMetrics(sale);
+    assert.equal(m.status, 200, m.text);
+    return Number(m.text.match(new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} (\\d+)`))[1]);
+  };
+  const at = { 1: null, 2: null };
+  const done = await until(75_000, async () => {
+    const n = await abandoned();
+    for (const k of [1, 2]) if (n >= k && !at[k]) at[k] = Date.now();
+    return n >= 2;
+  }, 1000);
+  assert.ok(done, `both turns pass on once their holds ended (${await abandoned()} given back)`);
+  // Not while the hold may exist, nor the instant it ended: 30 s unseen
+  // after the later of the last poll and the hold's end.
+  const firstEnd = Math.min(cancelledAt, expiresAt);
+  assert.ok(at[1] - firstEnd >= 28_000, `the first turn passed on ${at[1] - firstEnd} ms after its hold ended`);
+  assert.ok(at[2] - Math.max(cancelledAt, expiresAt) >= 28_000, 'the second too');
+  for (const p of [a, b]) {
+    const s = await status(sale, p);
+    assert.equal(s.status, 'closed', `${p.account}: ${JSON.stringify(s)}`);
+    assert.equal(s.reason, 'abandoned');
   }
 });
