@@ -170,6 +170,9 @@ test(`after the start the pre-queue places are a verifiable random permutation o
   // the object per person would be N calls.
   assert.ok(doCalls <= QUEUE_SHARDS + 1 + Math.ceil(secs / 2) + 3,
     `${doCalls} object calls for ${N} first polls in ${secs} s`);
+  // The counter read 1.1 s after the polls moves when objects are called
+  // (a bound on a counter that did not move would prove nothing).
+  await assertObjectCallsCounted(SALE, accounts[0]);
   const places = polled.map((b) => b.place);
   assert.deepEqual([...places].sort((x, y) => x - y), Array.from({ length: N }, (_, i) => i + 1));
 
@@ -336,6 +339,7 @@ test('the draw overview is served from the edge cache, not the coordinator, once
   const calls = (await doRequests()) - before;
   const allowed = 1 + Math.ceil(elapsed / 2500); // snapshot refreshes only
   assert.ok(calls <= allowed, `${calls} object calls for 20 overviews (allowed ${allowed})`);
+  await assertObjectCallsCounted(SALE, lastLate.account);
 });
 
 test('a person is admitted only when the frontier reaches them', async () => {

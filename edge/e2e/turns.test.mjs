@@ -39,26 +39,61 @@ test('a 40 s origin outage costs nobody admitted before it their turn, during or
   const admitted = await until(30_000, async () => {
     const answers = await Promise.all(people.map((p) => status(sale, p)));
     const a = people.filter((_, i) => answers[i].status === 'admitted');
-    return a.length >= 2 ? a : null;
+    return a.length >= 3 ? a : null;
   }, 1000);
   assert.ok(admitted, 'people are admitted before the outage');
+  // The control: admitted before the outage too, but never polls again. It
+  // must lose its turn 30 s after the outage, so that the others keeping
+  // theirs shows the rule at work, not a coordinator that stopped judging.
+  const control = admitted.pop();
+  const others = people.filter((p) => p !== control);
+  const queue = async () => (await call('GET', `${EDGE}/api/sales/${sale}`, { timeoutMs: 20_000 })).body.queue;
+  const frontierBefore = (await queue()).admitted;
   const pid = Number(process.env.ORIGIN_PID);
   process.kill(pid, 'SIGSTOP');
   try {
     await sleep(4000);
-    await Promise.all(people.map((p) => pollAnyway(sale, p)));
+    await Promise.all(others.map((p) => pollAnyway(sale, p)));
     await sleep(12_000);
-    await Promise.all(people.map((p) => pollAnyway(sale, p)));
+    await Promise.all(others.map((p) => pollAnyway(sale, p)));
     // 40 s in all: the last polls were 24 s ago when it ends, and 39 s ago
     // 15 s later, though the frontier stood still for most of that.
     await sleep(24_000);
   } finally {
     process.kill(pid, 'SIGCONT');
   }
-  await sleep(15_000);
+  const resumedAt = Date.now();
+  // The coordinator steps again (its alarm moves the frontier, then judges
+  // turns) before anything is judged here.
+  const stepping = await until(15_000, async () => (await queue()).admitted > frontierBefore, 1000);
+  assert.ok(stepping, 'admission resumes after the outage');
+  await sleep(Math.max(0, resumedAt + 15_000 - Date.now()));
   for (const p of admitted) {
     const s = await status(sale, p);
     assert.equal(s.status, 'admitted', `${p.account} keeps the turn: ${JSON.stringify(s)}`);
+  }
+  // Everyone else keeps polling as the page does; the control's turn is
+  // given back (a metrics read is not a poll), not before 30 s after the
+  // outage.
+  const abandoned = async () => {
+    const m = await edgeMetrics(sale);
+    assert.equal(m.status, 200, m.text);
+    return Number(m.text.match(new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} (\\d+)`))[1]);
+  };
+  const givenBack = await until(40_000, async () => {
+    if ((await abandoned()) >= 1) return Date.now();
+    await Promise.all(others.map((p) => status(sale, p)));
+    await sleep(5000);
+    return null;
+  }, 0);
+  assert.ok(givenBack, 'the control, unseen since before the outage, loses the turn after it');
+  assert.ok(givenBack - resumedAt >= 25_000, `not right after the outage (${givenBack - resumedAt} ms)`);
+  const c = await status(sale, control);
+  assert.equal(c.status, 'closed', JSON.stringify(c));
+  assert.equal(c.reason, 'abandoned');
+  for (const p of admitted) {
+    const s = await status(sale, p);
+    assert.equal(s.status, 'admitted', `${p.account} still keeps the turn: ${JSON.stringify(s)}`);
   }
 });
 
@@ -109,8 +144,16 @@ test('a person polling steadily across isolates keeps the turn: seen reports lea
     'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 2,
   });
   const p = { account: `iso-${rid()}` };
+  // The control: admitted beside p, seen once, then never again. It must
+  // lose the turn within the same 45 s, or p keeping it shows nothing.
+  const control = { account: `iso-ctl-${rid()}` };
   await join(sale, p);
-  assert.ok(await until(30_000, async () => (await status(sale, p)).status === 'admitted', 500), 'admitted');
+  await join(sale, control);
+  const both = await until(30_000, async () => {
+    const [a, b] = [await status(sale, p), await status(sale, control)];
+    return a.status === 'admitted' && b.status === 'admitted';
+  }, 500);
+  assert.ok(both, 'both admitted');
   const end = Date.now() + 45_000;
   while (Date.now() < end) {
     await sleep(8000);
@@ -118,6 +161,11 @@ test('a person polling steadily across isolates keeps the turn: seen reports lea
     const s = await status(sale, p);
     assert.equal(s.status, 'admitted', `still admitted while polling: ${JSON.stringify(s)}`);
   }
+  const m = await edgeMetrics(sale);
+  assert.match(m.text, new RegExp(`edge_admission_abandoned_total\\{sale="${sale}"\\} 1\\n`), m.text);
+  const c = await status(sale, control);
+  assert.equal(c.status, 'closed', `the control lost the turn: ${JSON.stringify(c)}`);
+  assert.equal(c.reason, 'abandoned');
 });
 
 test('a hold protects the turn only while it may exist: 30 s unseen after a cancel or after the hold expired, the turn passes on', async () => {
