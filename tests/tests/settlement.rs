@@ -1800,6 +1800,10 @@ async fn every_reservation_row_names_a_sale_postgres_has() {
         .execute(&pool)
         .await
         .unwrap();
+    sqlx::query("DELETE FROM skus WHERE sale_id = 'gone'")
+        .execute(&pool)
+        .await
+        .unwrap();
     sqlx::query("DELETE FROM sales WHERE id = 'gone'")
         .execute(&pool)
         .await

@@ -147,6 +147,10 @@ pub struct Summary {
     draw: serde_json::Value,
     /// A copy kept from before the origin shed or failed.
     stale: bool,
+    /// What the sale sells (docs/openapi/origin.json `SkuSummary`): id,
+    /// name, price, units left, limit, sold out.
+    #[schema(value_type = Vec<Object>)]
+    skus: serde_json::Value,
 }
 
 /// A join's bot-check proof (an empty body carries none).
@@ -239,6 +243,9 @@ pub struct DrawListing {
 /// A reservation's body (checked by the origin).
 #[derive(ToSchema)]
 pub struct ReserveBody {
+    /// The SKU (an `id` of the summary's `skus`); may be left out on a
+    /// sale of one SKU.
+    sku: Option<String>,
     #[schema(minimum = 1)]
     qty: i64,
 }

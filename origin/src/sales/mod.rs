@@ -2,9 +2,11 @@
 //! (the one source), loaded and cached per process, created and changed by
 //! the operator.
 //!
-//! Imports flow one way: `spec` and `registry` → `sale` →
-//! `crate::reserve::store` (the keys of a sale's shards).
+//! Imports flow one way: `spec` and `registry` → `sale` → `sku` →
+//! `bounds`, and `sale` → `crate::reserve::store` (the keys of a sale's
+//! shards).
 
+pub mod bounds;
 pub mod registry;
 pub mod sale;
 pub mod sku;

@@ -17,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sales::sale::{MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS, valid_sale_id};
+use crate::sales::bounds::{MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS, valid_sale_id};
 
 /// Most SKUs one sale may have.
 pub const MAX_SKUS: usize = 1000;

@@ -14,10 +14,8 @@ use redis::AsyncCommands;
 use sqlx::PgPool;
 
 use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, ensure_group, master_slot_ranges};
-use crate::sales::sale::{
-    COLUMNS, MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS, SaleConfig, load_sale, shard_units,
-    valid_sale_id, with_skus,
-};
+use crate::sales::bounds::{MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS};
+use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, shard_units, valid_sale_id, with_skus};
 use crate::sales::sku::{SkuSpec, validate_skus};
 
 /// What `origin sale create` asks for.
