@@ -489,6 +489,24 @@ impl TestApp {
         )
     }
 
+    /// POST the provider event `{id, type: kind, data: {payment_id,
+    /// amount_cents}}`, signed with [`WEBHOOK_SECRET`] now; returns (status,
+    /// JSON body).
+    pub async fn payment_event(
+        &self,
+        id: &str,
+        kind: &str,
+        payment: &str,
+        amount_cents: i64,
+    ) -> (u16, Value) {
+        let body = serde_json::json!({"id": id, "type": kind,
+                                      "data": {"payment_id": payment, "amount_cents": amount_cents}})
+        .to_string();
+        let sig =
+            origin::payments::webhook::sign_webhook(WEBHOOK_SECRET, now_secs(), body.as_bytes());
+        self.webhook(&body, Some(sig)).await
+    }
+
     /// The Prometheus text of `GET /metrics`.
     pub async fn metrics(&self) -> String {
         self.client

@@ -129,15 +129,9 @@ async fn random_sale_ids_cost_no_load_before_auth_and_never_starve_webhooks() {
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let body = serde_json::json!({"id": "evt_f", "type": "payment.failed",
-                                  "data": {"payment_id": pay, "amount_cents": 4_999}})
-    .to_string();
-    let sig = origin::payments::webhook::sign_webhook(
-        tests::WEBHOOK_SECRET,
-        tests::now_secs(),
-        body.as_bytes(),
-    );
-    let (s, r) = app.webhook(&body, Some(sig)).await;
+    let (s, r) = app
+        .payment_event("evt_f", "payment.failed", &pay, 4_999)
+        .await;
     lock.rollback().await.unwrap();
     assert_eq!(
         (s, r["result"].as_str()),
