@@ -4,12 +4,14 @@
 -- one hash slot.
 --
 -- Shard KEYS layout (all under one hash tag, so one cluster slot):
---   1 stock    string  units still for sale on this shard
+--   1 stock    string  units still for sale on this shard (of the SKU at
+--                      position 0; see "SKUs" below)
 --   2 holds    hash    hold id -> {a=account,q=qty,e=expires_ms,h=home,c=created_ms,s=status,
---                      k=idempotency hash,r=requested qty}
+--                      k=idempotency hash,r=requested qty,p=SKU position}
 --   3 exp      zset    hold id scored by expires_ms (live, unpaid holds only)
---   4 users    hash    account -> units held+bought, for accounts whose HOME is this shard
---   5 quota    hash    hold id -> {a,q,s} quota this home shard reserved for a hold
+--   4 users    hash    account -> units held+bought, for accounts whose HOME is this shard;
+--                      account.."\n"..p -> that account's units of the SKU at position p
+--   5 quota    hash    hold id -> {a,q,s,p} quota this home shard reserved for a hold
 --                      that spilled to shard s
 --   6 stream   stream  settlement records (hold / release / confirm), read by the
 --                      settlement worker into Postgres
@@ -22,6 +24,18 @@
 -- everything Postgres needs to write the reservation row itself (home,
 -- created, expires), so a release settled before its hold cannot leave a
 -- phantom live row (origin/src/settlement.rs).
+--
+-- SKUs (issue 45, docs/skus.md): in a sale of several SKUs each hold,
+-- quota record, key record and release carries its SKU's position `p`; the
+-- SKU's stock on this shard is KEYS[1] for position 0 and KEYS[1]..':'..p
+-- otherwise (`stock_key`; ShardKeys::stock_of names the same key), under
+-- the same hash tag, so still one slot; KEYS[1] exists on every live shard
+-- (0 where position 0 is not placed), which is how a script tells a lost
+-- shard from one without the SKU. The home shard counts the account's units
+-- of each SKU beside its sale-wide count (`sku_field`: the account and the
+-- position joined by a newline, which no account id contains: token
+-- `valid_subject` refuses control characters). In a one-SKU sale `p` is
+-- absent everywhere and the layout is the one from before SKUs.
 --
 -- Time: every script reads the clock of the Redis it runs on (`TIME`), never
 -- the caller's, so several origins with skewed clocks agree on when a hold
@@ -51,6 +65,50 @@ local function int(n)
   return string.format('%d', n)
 end
 
+-- The stock key of the SKU at position `p` (nil: a one-SKU sale).
+local function stock_key(p)
+  if p == nil or p == 0 then
+    return KEYS[1]
+  end
+  return KEYS[1] .. ':' .. int(p)
+end
+
+-- The users-hash field counting an account's units of the SKU at `p`.
+local function sku_field(acct, p)
+  return acct .. '\n' .. int(p)
+end
+
+-- Lowers an account's count(s) on its home shard (users = KEYS[4] or a
+-- staging copy) by q: the sale-wide one and, in a sale of several SKUs,
+-- the SKU's; a count that reaches 0 is dropped.
+local function uncount(users, acct, p, q)
+  if redis.call('HINCRBY', users, acct, int(-q)) <= 0 then
+    redis.call('HDEL', users, acct)
+  end
+  if p ~= nil then
+    local f = sku_field(acct, p)
+    if redis.call('HINCRBY', users, f, int(-q)) <= 0 then
+      redis.call('HDEL', users, f)
+    end
+  end
+end
+
+-- Raises an account's count(s) by q (see uncount).
+local function count(users, acct, p, q)
+  redis.call('HINCRBY', users, acct, int(q))
+  if p ~= nil then
+    redis.call('HINCRBY', users, sku_field(acct, p), int(q))
+  end
+end
+
+-- A SKU position from a script argument ('' : a one-SKU sale).
+local function position_arg(v)
+  if v == nil or v == '' then
+    return nil
+  end
+  return tonumber(v)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -58,13 +116,11 @@ end
 
 local function release_hold(id, raw, reason, now, shard)
   local h = cjson.decode(raw)
-  redis.call('INCRBY', KEYS[1], int(h.q))
+  redis.call('INCRBY', stock_key(h.p), int(h.q))
   redis.call('HDEL', KEYS[2], id)
   redis.call('ZREM', KEYS[3], id)
   if tonumber(h.h) == shard then
-    if redis.call('HINCRBY', KEYS[4], h.a, int(-h.q)) <= 0 then
-      redis.call('HDEL', KEYS[4], h.a)
-    end
+    uncount(KEYS[4], h.a, h.p, h.q)
   else
     -- The account's count lives on its home shard (another slot): leave a
     -- note that the origin carries over with quota_return.lua.
@@ -72,7 +128,7 @@ local function release_hold(id, raw, reason, now, shard)
   end
   redis.call('XADD', KEYS[6], '*', 't', 'release', 'id', id, 'acct', h.a, 'qty', int(h.q),
     'shard', int(shard), 'home', int(h.h), 'created', int(h.c), 'exp', int(h.e), 'idem', h.k or '',
-    'rq', int(h.r or h.q), 'reason', reason, 'at', int(now))
+    'rq', int(h.r or h.q), 'reason', reason, 'at', int(now), unpack(h.p and {'p', int(h.p)} or {}))
   return h.q
 end
 
@@ -91,16 +147,18 @@ local function reclaim_expired(now, shard, limit)
   return units
 end
 
--- The shard's stock, topped up by reclaiming expired holds when it holds
--- fewer than `qty`; nil when the shard's keys are gone (Redis lost data).
-local function stock_for(qty, now, shard, batch)
-  local stock = redis.call('GET', KEYS[1])
+-- The stock of the SKU at `p` on this shard, topped up by reclaiming
+-- expired holds (of any SKU: they go back to their own) when it holds fewer
+-- than `qty`; nil when the key is gone (Redis lost data).
+local function stock_for(qty, now, shard, batch, p)
+  local key = stock_key(p)
+  local stock = redis.call('GET', key)
   if not stock then
     return nil
   end
   stock = tonumber(stock)
-  if stock < qty then
-    stock = stock + reclaim_expired(now, shard, batch)
+  if stock < qty and reclaim_expired(now, shard, batch) > 0 then
+    stock = tonumber(redis.call('GET', key))
   end
   return stock
 end
@@ -108,17 +166,18 @@ end
 -- Creates a hold of `qty` units (caller checked stock) and its settlement
 -- record. `idem` (the Idempotency-Key's hash) and `rq` (the qty the request
 -- asked for) travel with it so a cold rebuild can restore the key's record.
-local function grant_hold(id, acct, qty, now, hold_ms, home, sale, idem, rq)
+local function grant_hold(id, acct, qty, now, hold_ms, home, sale, idem, rq, p)
   local exp = now + hold_ms
   local exp_s = int(exp)
-  redis.call('DECRBY', KEYS[1], int(qty))
+  redis.call('DECRBY', stock_key(p), int(qty))
   -- The record's JSON written out, not cjson.encode of a table: the same
   -- fields for less (reserve.lua under redis-benchmark, 3 alternating
   -- rounds with the key record below: 23,850 -> 25,097 EVALSHA/s); strings
   -- still go through cjson.encode for their escaping.
   local k = idem and (',"k":' .. cjson.encode(idem)) or ''
+  local sku = p and (',"p":' .. int(p)) or ''
   local rec = '{"a":' .. cjson.encode(acct) .. ',"q":' .. int(qty) .. ',"e":' .. exp_s
-    .. ',"h":' .. int(home) .. ',"c":' .. int(now) .. ',"s":"held"' .. k .. ',"r":' .. int(rq) .. '}'
+    .. ',"h":' .. int(home) .. ',"c":' .. int(now) .. ',"s":"held"' .. k .. ',"r":' .. int(rq) .. sku .. '}'
   redis.call('HSET', KEYS[2], id, rec)
   redis.call('ZADD', KEYS[3], exp_s, id)
   -- The settlement record carries the hold record itself (`rec`), not its

@@ -2,11 +2,13 @@
 -- reconciler's view of the shard).
 --
 -- KEYS: 1 stock  2 stream (one shard's slot)
--- ARGV: none
--- Returns {stock or false, unsettled, version}: the stock (false when the
--- shard's keys are gone), the settlement entries not yet written to
--- Postgres (XLEN), and the shard's version: the id of the last entry ever
--- appended to its stream ("0-0" if none).
+-- ARGV: the positions (other than 0) of the SKUs placed on this shard, in
+--       a sale of several SKUs (none otherwise)
+-- Returns {stock or false, unsettled, version, {stock of ARGV[i] or false, …}}:
+-- the stock (false when the shard's keys are gone), the settlement entries
+-- not yet written to Postgres (XLEN), the shard's version: the id of the
+-- last entry ever appended to its stream ("0-0" if none), and the stock of
+-- each SKU asked for (KEYS[1] is position 0's).
 --
 -- Invariant: every script that moves a unit (grant_hold, release_hold in
 -- _lib.lua) appends to the stream in the same script, so an unchanged
@@ -16,4 +18,8 @@
 
 local stock = redis.call('GET', KEYS[1])
 local unsettled = redis.call('XLEN', KEYS[2])
-return {stock, unsettled, stream_version(KEYS[2])}
+local skus = {}
+for i, p in ipairs(ARGV) do
+  skus[i] = redis.call('GET', stock_key(tonumber(p)))
+end
+return {stock, unsettled, stream_version(KEYS[2]), skus}

@@ -4,8 +4,10 @@
 --
 -- KEYS: 1..7 the shard's keys (see _lib.lua)  8..11 this rebuild's staging
 --       keys for holds, exp, users and quota (rebuild_stage.lua's KEYS 2..5)
--- ARGV: 1 stock  2..5 how many holds, expiries, account counts and quota
---       entries the rebuild staged
+-- ARGV: 1 stock (position 0's)  2..5 how many holds, expiries, account
+--       counts and quota entries the rebuild staged  6 in a sale of several
+--       SKUs, the other SKUs' stock on this shard: JSON [[position, stock], …]
+--       ('' or absent: none); set before KEYS[1], which makes the shard live
 -- Returns 1 when rebuilt; 0 when refused because the shard has stock (it is
 -- live: reconcile it instead of overwriting it); -1 when refused because the
 -- staged copy is not all there (Redis lost data again while it was staged,
@@ -60,6 +62,11 @@ for i = 2, 5 do
       end
       redis.call('UNLINK', staged)
     end
+  end
+end
+if ARGV[6] ~= nil and ARGV[6] ~= '' then
+  for _, ps in ipairs(cjson.decode(ARGV[6])) do
+    redis.call('SET', KEYS[1] .. ':' .. string.format('%d', ps[1]), ps[2])
   end
 end
 redis.call('SET', KEYS[1], ARGV[1])

@@ -7,7 +7,8 @@
 --         (`<shard>:idem:<hash>`); else take.lua's decision marker for the
 --         hold on this shard (`<shard>:spill:<hold id>`)
 -- ARGV: 1 the shard's version the comparison saw (observe.lua)
---       2 hold id  3 the hold record (JSON {a,q,e,h,c,s,k,r}, s = 'paid')
+--       2 hold id  3 the hold record (JSON {a,q,e,h,c,s,k,r,p}, s = 'paid';
+--         p: its SKU's position in a sale of several, whose stock it takes)
 --       4 this shard's index  5 sale id
 --       6 KEYS[8]'s value: the key record JSON (home), 'H' (spill marker),
 --         or '' (leave KEYS[8] alone)  7 its TTL in seconds
@@ -41,20 +42,20 @@ if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
 end
 local h = cjson.decode(ARGV[3])
 local q = tonumber(h.q)
-if tonumber(redis.call('GET', KEYS[1])) < q then
+if tonumber(redis.call('GET', stock_key(h.p)) or '0') < q then
   return {0, 'stock'}
 end
 local shard = tonumber(ARGV[4])
-redis.call('DECRBY', KEYS[1], q)
+redis.call('DECRBY', stock_key(h.p), q)
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[2])
 if tonumber(h.h) == shard then
-  redis.call('HINCRBY', KEYS[4], h.a, q)
+  count(KEYS[4], h.a, h.p, q)
 end
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[8], ARGV[6], 'NX', 'EX', ARGV[7])
 end
 redis.call('XADD', KEYS[6], '*', 't', 'hold', 'id', ARGV[2], 'sale', ARGV[5], 'acct', h.a,
   'qty', q, 'shard', shard, 'home', h.h, 'exp', h.e, 'at', h.c, 'idem', h.k or '',
-  'rq', h.r or q, 'why', 'restored')
+  'rq', h.r or q, 'why', 'restored', unpack(h.p and {'p', int(h.p)} or {}))
 return {1, stream_version(KEYS[6])}

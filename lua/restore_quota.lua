@@ -7,6 +7,8 @@
 --       (all on the account's home shard)
 -- ARGV: 1 hold id  2 account  3 qty  4 the shard the hold is on
 --       5 the key record JSON ('' : none)  6 its TTL in seconds
+--       7 the SKU's position ('' in a one-SKU sale): its count is raised
+--       with the sale-wide one (the field _lib.lua's sku_field names)
 -- Returns:
 --   1   counted now (give it back with quota_return.lua if the restore on
 --       the hold's shard is refused)
@@ -23,18 +25,28 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end
 local id, acct, q, shard = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local pos = nil
+if ARGV[7] ~= nil and ARGV[7] ~= '' then
+  pos = tonumber(ARGV[7])
+end
+local function raise(by)
+  redis.call('HINCRBY', KEYS[2], acct, by)
+  if pos ~= nil then
+    redis.call('HINCRBY', KEYS[2], acct .. '\n' .. string.format('%d', pos), by)
+  end
+end
 local counted = 0
 local raw = redis.call('HGET', KEYS[3], id)
 if raw then
   local qr = cjson.decode(raw)
   if tonumber(qr.q) ~= q then
-    redis.call('HINCRBY', KEYS[2], acct, q - tonumber(qr.q))
+    raise(q - tonumber(qr.q))
   end
 else
-  redis.call('HINCRBY', KEYS[2], acct, q)
+  raise(q)
   counted = 1
 end
-redis.call('HSET', KEYS[3], id, cjson.encode({a = acct, q = q, s = shard}))
+redis.call('HSET', KEYS[3], id, cjson.encode({a = acct, q = q, s = shard, p = pos}))
 if ARGV[5] ~= '' then
   local prior = redis.call('GET', KEYS[4])
   local mine = false

@@ -5,6 +5,8 @@
 -- ARGV: 1 account  2 qty (the quota counted on the home shard)  3 hold_ms
 --       4 hold id  5 this shard's index  6 home shard index  7 sale id
 --       8 marker ttl (s)  9 reclaim batch  10 idempotency hash
+--       11 the SKU's position ('' in a one-SKU sale; the origin sends a
+--       spill only to shards the SKU is placed on)
 -- Returns:
 --   {1, id, shard, expires_ms, qty}  HELD here (new, or the same hold again)
 --   {6}                              EMPTY here, now and forever for this hold id
@@ -16,6 +18,9 @@
 --                                    shard is live: during a cold rebuild the marker
 --                                    is restored before the holds, and the hold's
 --                                    absence then means nothing: UNINITIALIZED)
+--
+-- Spill-over stays inside the SKU: the hold takes the units of the SKU it
+-- was counted for at home (ARGV[11]), never another's.
 --
 -- Invariant: each shard decides ONCE per hold id (the marker), so however
 -- many times, and however concurrently, a spill is replayed in the same
@@ -42,14 +47,14 @@ if decided == 'H' then
   return {1, id, shard, h.e, h.q}
 end
 
-local qty, now = tonumber(ARGV[2]), now_ms()
-local stock = stock_for(qty, now, shard, tonumber(ARGV[9]))
+local qty, now, pos = tonumber(ARGV[2]), now_ms(), position_arg(ARGV[11])
+local stock = stock_for(qty, now, shard, tonumber(ARGV[9]), pos)
 if not stock then
   return {7}
 end
 if stock >= 1 then
   local q = math.min(stock, qty)
-  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7], ARGV[10], qty)
+  local exp = grant_hold(id, ARGV[1], q, now, tonumber(ARGV[3]), tonumber(ARGV[6]), ARGV[7], ARGV[10], qty, pos)
   redis.call('SET', KEYS[8], 'H', 'EX', ARGV[8])
   return {1, id, shard, exp, q}
 end

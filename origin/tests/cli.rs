@@ -959,6 +959,28 @@ async fn skus_are_given_by_flag_or_file_and_bad_ones_write_nothing() {
         (Some(7), Some("size-42")),
         "{summary}"
     );
+    // Several SKUs: each SKU's stock on its own key, listed in the summary.
+    let out = create("by-flags", &["--sku", "s:3:100", "--sku", "m:200:150:1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (_, summary) = app.get("/api/sales/by-flags", None).await;
+    let listed: Vec<(String, i64, bool)> = summary["skus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["id"].as_str().unwrap().to_string(),
+                k["units_available"].as_i64().unwrap(),
+                k["sold_out"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("s".to_string(), 3, false), ("m".to_string(), 200, false)],
+        "{summary}"
+    );
+    assert_eq!(summary["units_total"].as_i64(), Some(203), "{summary}");
 
     let too_many: String = std::iter::once("id,units,price_cents".to_string())
         .chain((0..1001).map(|i| format!("s{i},1,1")))
@@ -997,8 +1019,6 @@ async fn skus_are_given_by_flag_or_file_and_bad_ones_write_nothing() {
         (vec!["--units", "5", "--sku", "a:1:1"], 2, "--units"),
         (vec!["--sku", "a:1:1", "--skus", &files[0]], 2, "--skus"),
         (vec![], 2, "--units"),
-        // Sold from one pool until per-SKU stock lands (docs/skus.md).
-        (vec!["--sku", "a:1:1", "--sku", "b:1:1"], 1, "several SKUs"),
     ];
     for (i, (what, code, names)) in cases.iter().enumerate() {
         let before = written().await;

@@ -427,7 +427,7 @@ async fn apply(
             let acct = format!("acct{}", acct % setup.accounts);
             let qty = i64::from(*qty).min(limit);
             let mkey = (acct.clone(), *key);
-            let call = ReserveCall::new(sale, &acct, qty, &key.to_string());
+            let call = ReserveCall::new(sale, 0, &acct, qty, &key.to_string());
             let home = call.home;
             let used: i64 = conn
                 .hget::<_, _, Option<i64>>(&sale.shards[home].users, &acct)

@@ -678,7 +678,7 @@ async fn a_crash_between_take_and_quota_commit_hides_no_hold() {
     let mut conn = app.redis().await;
     let _: () = conn.set(&hk.stock, 0).await.unwrap();
     // Run the engine's steps as the request would, and stop after take.lua.
-    let call = origin::reserve::engine::ReserveCall::new(&sale, "dora", 2, "k");
+    let call = origin::reserve::engine::ReserveCall::new(&sale, 0, "dora", 2, "k");
     let engine = &app.state.engine;
     let origin::reserve::engine::HomeStep::Spill { hold_id, qty } =
         engine.reserve_home(&call).await.unwrap()
@@ -1070,7 +1070,7 @@ async fn a_spill_replayed_while_its_shard_is_rebuilt_is_not_told_released() {
     let mut conn = app.redis().await;
     let _: () = conn.set(&sale.shards[home].stock, 0).await.unwrap();
     // The request's steps up to take.lua; the process dies before quota_commit.
-    let call = origin::reserve::engine::ReserveCall::new(&sale, "rosa", 1, "k");
+    let call = origin::reserve::engine::ReserveCall::new(&sale, 0, "rosa", 1, "k");
     let engine = &app.state.engine;
     let origin::reserve::engine::HomeStep::Spill { hold_id, qty } =
         engine.reserve_home(&call).await.unwrap()

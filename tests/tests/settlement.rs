@@ -467,7 +467,8 @@ async fn a_repair_is_refused_once_a_hold_came_and_went_since_the_comparison() {
     let engine = &app.state.engine;
     let mut conn = app.redis().await;
     let observe = |mut conn: origin::reserve::store::RedisConn| async move {
-        let r: (String, i64, String) = engine
+        // The fourth part is the other SKUs' stock: none in a one-SKU sale.
+        let r: (String, i64, String, Vec<Option<String>>) = engine
             .scripts
             .observe
             .key(&k.stock)
@@ -475,7 +476,8 @@ async fn a_repair_is_refused_once_a_hold_came_and_went_since_the_comparison() {
             .invoke_async(&mut conn)
             .await
             .unwrap();
-        r
+        assert!(r.3.is_empty());
+        (r.0, r.1, r.2)
     };
     let (stock, unsettled, version) = observe(conn.clone()).await;
     assert_eq!((stock.as_str(), unsettled), ("10", 0));
@@ -2036,9 +2038,9 @@ async fn an_entry_postgres_refuses_for_good_is_parked_and_nothing_else_waits() {
         origin::reserve::engine::Outcome::Held(h) => h.reservation_id,
         other => panic!("not held: {other:?}"),
     };
-    let before = held(engine.reserve(&sale, "anna", 1, "k").await.unwrap());
-    let poison = held(engine.reserve(&sale, "a\u{0}b", 1, "k").await.unwrap());
-    let after = held(engine.reserve(&sale, "bert", 1, "k").await.unwrap());
+    let before = held(engine.reserve(&sale, 0, "anna", 1, "k").await.unwrap());
+    let poison = held(engine.reserve(&sale, 0, "a\u{0}b", 1, "k").await.unwrap());
+    let after = held(engine.reserve(&sale, 0, "bert", 1, "k").await.unwrap());
     let t = app.admit("carl", "after");
     let (s, b, _) = app
         .reserve("after", Some(&t), Some("k"), r#"{"qty":1}"#)

@@ -3,7 +3,8 @@
 //! by name; a reservation for a SKU the sale does not sell is refused and
 //! changes nothing; a purchase charges the held SKU's price under the SKU's
 //! own limit; every event names the SKU; and migration 0014 moves a
-//! database filled under the old schema to one SKU per sale, every row kept.
+//! database filled under the old schema to one SKU per sale, every row kept
+//! (and 0015 counts each SKU's held and sold units from its reservations).
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -240,6 +241,13 @@ async fn migration_0014_moves_every_old_sale_to_one_sku_and_keeps_every_row() {
         .await
         .unwrap();
     assert_eq!(positions, [0, 0], "every old reservation holds the one SKU");
+    // Migration 0015: each SKU counts what its reservations hold and sold.
+    let counts: Vec<(String, i32, i32)> =
+        sqlx::query_as("SELECT sale_id, held, sold FROM skus ORDER BY sale_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(counts, [("old-a".into(), 1, 1), ("old-b".into(), 0, 0)]);
     // The origin loads the migrated sales with their SKU.
     let registry = origin::sales::registry::SaleRegistry::new(pool.clone(), "fs-mig".into());
     let sale = registry.get("old-a").await.unwrap().expect("old-a loads");

@@ -74,7 +74,7 @@ async fn settle_rate(
             async move {
                 state
                     .engine
-                    .reserve(&sale, &format!("acct-{i}"), 1, "k")
+                    .reserve(&sale, 0, &format!("acct-{i}"), 1, "k")
                     .await
             }
         })

@@ -13,6 +13,7 @@ use crate::ops::startup::{self, Application};
 use crate::ops::state::AppState;
 use crate::ops::telemetry;
 use crate::ops::workers::Workers;
+use crate::reserve::engine::Engine;
 use crate::reserve::store;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::sku::{SkuSpec, parse_sku_file, parse_sku_flag};
@@ -713,13 +714,27 @@ async fn show_sale(id: &str) -> anyhow::Result<()> {
         .await
         .context("connecting to Redis")?;
     let mut shards = Vec::new();
-    let (mut available, mut holds, mut lag, mut dead) = (0i64, 0i64, 0i64, 0i64);
+    let (mut holds, mut lag, mut dead) = (0i64, 0i64, 0i64);
+    let engine_stock = Engine {
+        conn: conn.clone(),
+        scripts: crate::reserve::scripts::Scripts::load(),
+        acker: None,
+    }
+    .sku_stock(&sale)
+    .await?;
+    let available: i64 = engine_stock.available.iter().sum();
+    let skus: Vec<serde_json::Value> = sale
+        .config
+        .skus
+        .iter()
+        .zip(&engine_stock.available)
+        .map(|(s, a)| serde_json::json!({"id": s.id, "available": a}))
+        .collect();
     for k in &sale.shards {
         let stock: Option<i64> = conn.get(&k.stock).await?;
         let h: i64 = conn.hlen(&k.holds).await?;
         let l: i64 = conn.xlen(&k.stream).await?;
         let d: i64 = conn.xlen(&k.dead_letter).await?;
-        available += stock.unwrap_or(0);
         holds += h;
         lag += l;
         dead += d;
@@ -732,7 +747,7 @@ async fn show_sale(id: &str) -> anyhow::Result<()> {
         "phase": sale.config.phase_by_time(Utc::now()),
         "postgres": {"total": total, "held": held, "sold": sold},
         "redis": {
-            "available": available, "holds": holds, "settlement_lag": lag,
+            "available": available, "skus": skus, "holds": holds, "settlement_lag": lag,
             "dead_letters": dead, "shards": shards,
         },
     });

@@ -255,7 +255,7 @@ async fn write_success(
     event: &Event,
     confirmed: bool,
 ) -> Result<RecordedSuccess, sqlx::Error> {
-    let paid: Option<i32> = if confirmed {
+    let paid: Option<(i32, i32)> = if confirmed {
         // Postgres is the last guard of the per-user limit (as of the
         // total): Redis counts an account's units, but a failover under
         // `REDIS_ACK=local` can take a paid hold and the count with it, and
@@ -266,13 +266,19 @@ async fn write_success(
             .bind(&pay.account)
             .execute(&mut *tx)
             .await?;
-        sqlx::query_scalar(
+        // Both limits: the sale's (units across all SKUs) and the SKU's own.
+        sqlx::query_as(
             "UPDATE reservations r SET status = 'paid'
              WHERE r.id = $1 AND r.status = 'pending_payment'
                AND r.qty + (SELECT coalesce(sum(p.qty), 0) FROM reservations p
                             WHERE p.sale_id = r.sale_id AND p.account = r.account AND p.status = 'paid')
                    <= (SELECT s.per_user_limit FROM sales s WHERE s.id = r.sale_id)
-             RETURNING r.qty",
+               AND r.qty + (SELECT coalesce(sum(p.qty), 0) FROM reservations p
+                            WHERE p.sale_id = r.sale_id AND p.account = r.account AND p.status = 'paid'
+                              AND p.sku = r.sku)
+                   <= coalesce((SELECT k.per_user_limit FROM skus k
+                                WHERE k.sale_id = r.sale_id AND k.position = r.sku), 2147483647)
+             RETURNING r.sku, r.qty",
         )
         .bind(&pay.reservation_id)
         .fetch_optional(&mut *tx)
@@ -290,12 +296,20 @@ async fn write_success(
     .bind(refund)
     .execute(&mut *tx)
     .await?;
-    if let Some(qty) = paid {
+    if let Some((sku, qty)) = paid {
         sqlx::query("UPDATE inventory SET held = held - $2, sold = sold + $2 WHERE sale_id = $1")
             .bind(&pay.sale_id)
             .bind(qty)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "UPDATE skus SET held = held - $3, sold = sold + $3 WHERE sale_id = $1 AND position = $2",
+        )
+        .bind(&pay.sale_id)
+        .bind(sku)
+        .bind(qty)
+        .execute(&mut *tx)
+        .await?;
     }
     let (kind, applied) = if refund {
         ("payment.refund_required", Applied::RefundRequired)
@@ -308,7 +322,7 @@ async fn write_success(
         "sale": pay.sale_id,
         "account": pay.account,
         "amount_cents": pay.amount_cents,
-        "qty": paid,
+        "qty": paid.map(|(_, qty)| qty),
     });
     // Every event names the SKU (issue 45): the reservation's, by position.
     sqlx::query(

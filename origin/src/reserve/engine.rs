@@ -41,6 +41,15 @@
 //! anything changes, and a replay of an unfinished spill continues it with
 //! the first qty, which is what the home shard counted.
 //!
+//! SKUs (issue 45): a reservation names one SKU of the sale. Its stock is
+//! that SKU's key on each shard it is placed on
+//! (`crate::sales::placement`); the spill walks only those shards, so
+//! spill-over stays inside the SKU; the home shard counts the account's
+//! units of the SKU beside its sale-wide count and checks both limits in the
+//! same script, so both hold across shards for the same reason the
+//! sale-wide one does. A one-SKU sale passes no position and works exactly
+//! as before SKUs.
+//!
 //! Time comes from Redis (`TIME` inside each script), so origins with skewed
 //! clocks agree on when holds expire.
 
@@ -50,6 +59,7 @@ use serde::Serialize;
 use crate::reserve::ack::{AckError, Acker, Fact, FactKind};
 use crate::reserve::scripts::Scripts;
 use crate::reserve::store::{self, RedisConn, ShardKeys};
+use crate::sales::placement::Placement;
 use crate::sales::sale::Sale;
 
 /// How long an Idempotency-Key's answer is remembered.
@@ -93,6 +103,13 @@ pub enum Outcome {
     Limit {
         used: i64,
     },
+    /// The account already has `used` units of this SKU; `qty` more would
+    /// pass the SKU's own limit.
+    SkuLimit {
+        used: i64,
+    },
+    /// The SKU asked for has no unit left on any of its shards (in a one-SKU
+    /// sale: the sale is sold out).
     SoldOut,
     /// A shard's keys are gone (Redis lost data): the sale must be rebuilt.
     Uninitialized,
@@ -100,8 +117,9 @@ pub enum Outcome {
     Gone {
         reservation_id: String,
     },
-    /// The Idempotency-Key was used for a request with another qty: one key
-    /// is one request, so this one is refused and changes nothing.
+    /// The Idempotency-Key was used for a request with another qty or
+    /// another SKU: one key is one request, so this one is refused and
+    /// changes nothing.
     KeyReused {
         first_qty: i64,
     },
@@ -188,17 +206,43 @@ pub struct ReserveCall<'a> {
     pub home: usize,
     /// Names the (account, Idempotency-Key) record; see [`store::idem_hash`].
     pub idem: String,
+    /// The SKU's position as the scripts get it (`None`: a one-SKU sale).
+    pub position: Option<i32>,
+    /// The shards the SKU's stock is on.
+    pub placement: Placement,
+    /// The SKU's own per-account limit, if it has one.
+    pub sku_limit: Option<i32>,
 }
 
 impl<'a> ReserveCall<'a> {
-    pub fn new(sale: &'a Sale, account: &'a str, qty: i64, idempotency_key: &str) -> Self {
+    /// A request for `qty` units of the SKU at `position` (0 in a one-SKU
+    /// sale).
+    pub fn new(
+        sale: &'a Sale,
+        position: i32,
+        account: &'a str,
+        qty: i64,
+        idempotency_key: &str,
+    ) -> Self {
+        let sku_limit = usize::try_from(position)
+            .ok()
+            .and_then(|p| sale.config.skus.get(p))
+            .and_then(|s| s.per_user_limit);
         ReserveCall {
             sale,
             account,
             qty,
             home: home_shard(account, sale.shards.len()),
             idem: store::idem_hash(account, idempotency_key),
+            position: sale.script_position(position),
+            placement: sale.placement(position),
+            sku_limit,
         }
+    }
+
+    /// The position as a script argument ('' in a one-SKU sale).
+    fn position_arg(&self) -> String {
+        self.position.map(|p| p.to_string()).unwrap_or_default()
     }
 
     fn home_keys(&self) -> &'a ShardKeys {
@@ -259,7 +303,7 @@ impl Engine {
         let Some(acker) = &self.acker else {
             return Ok(());
         };
-        let call = ReserveCall::new(sale, account, 1, idempotency_key);
+        let call = ReserveCall::new(sale, 0, account, 1, idempotency_key);
         let home = call.home_keys();
         let record = home.idem_at(&call.idem);
         acker.confirm(Fact::replayed(home, &record, hold_id)).await
@@ -270,11 +314,12 @@ impl Engine {
     pub async fn reserve(
         &self,
         sale: &Sale,
+        position: i32,
         account: &str,
         qty: i64,
         idempotency_key: &str,
     ) -> Result<Outcome, RedisError> {
-        let call = ReserveCall::new(sale, account, qty, idempotency_key);
+        let call = ReserveCall::new(sale, position, account, qty, idempotency_key);
         match self.reserve_home(&call).await? {
             HomeStep::Done(outcome) => Ok(outcome),
             HomeStep::Spill { hold_id, qty } => self.spill(&call, &hold_id, qty).await,
@@ -301,8 +346,10 @@ impl Engine {
             .arg(&cfg.id)
             .arg(IDEMPOTENCY_TTL_SECS)
             .arg(RECLAIM_BATCH)
-            .arg(call.sale.shards.len())
+            .arg(call.placement.reachable_from(call.home))
             .arg(&call.idem)
+            .arg(call.position_arg())
+            .arg(call.sku_limit.map(|l| l.to_string()).unwrap_or_default())
             .invoke_async(&mut conn)
             .await?;
         Ok(match int(r.first()) {
@@ -321,28 +368,29 @@ impl Engine {
             9 => HomeStep::Done(Outcome::KeyReused {
                 first_qty: int(r.get(1)),
             }),
+            10 => HomeStep::Done(Outcome::SkuLimit {
+                used: int(r.get(1)),
+            }),
             _ => HomeStep::Done(Outcome::Uninitialized),
         })
     }
 
-    /// Steps 2–3: walks the other shards in a fixed order (`home+1, …`) with
-    /// take.lua, then records where the hold landed (quota_commit.lua) or
-    /// gives the quota back (quota_return.lua) when every shard was empty.
+    /// Steps 2–3: walks the SKU's other shards in a fixed order (`home+1,
+    /// …`, skipping shards without the SKU) with take.lua, then records where
+    /// the hold landed (quota_commit.lua) or gives the quota back
+    /// (quota_return.lua) when every shard was empty.
     pub async fn spill(
         &self,
         call: &ReserveCall<'_>,
         hold_id: &str,
         qty: i64,
     ) -> Result<Outcome, RedisError> {
-        let n = call.sale.shards.len();
-        for step in 1..n {
-            match self
-                .take(call, hold_id, qty, (call.home + step) % n)
-                .await?
-            {
+        let walk: Vec<usize> = call.placement.others(call.home).collect();
+        for (i, &shard) in walk.iter().enumerate() {
+            match self.take(call, hold_id, qty, shard).await? {
                 Took::Held(hold) => {
                     self.commit_quota(call, hold_id, &hold, qty).await?;
-                    self.retire_markers(call, hold_id, step);
+                    self.retire_markers(call, hold_id, &walk[..=i]);
                     return Ok(Outcome::Held(hold));
                 }
                 Took::Empty => continue,
@@ -355,12 +403,11 @@ impl Engine {
             }
         }
         self.return_quota(call, hold_id).await?;
-        self.retire_markers(call, hold_id, n - 1);
+        self.retire_markers(call, hold_id, &walk);
         Ok(Outcome::SoldOut)
     }
 
-    /// A finished spill's decision markers on the `walked` shards after its
-    /// home live on for [`SPILL_MARKER_AFTER_SECS`], not for the day they
+    /// A finished spill's decision markers on the `walked` shards live on for [`SPILL_MARKER_AFTER_SECS`], not for the day they
     /// were written with (issue 43 #9). They matter while the key's record
     /// says the spill is unfinished, which it no longer does (held: replays
     /// answer from it; returned: a retry spills anew under a new hold id),
@@ -370,10 +417,10 @@ impl Engine {
     /// command per shard (each marker is in its own shard's slot); a spill
     /// that never finishes (a crash) keeps its markers for the day, as its
     /// pending record may be replayed that long.
-    fn retire_markers(&self, call: &ReserveCall<'_>, hold_id: &str, walked: usize) {
-        let n = call.sale.shards.len();
-        let markers: Vec<String> = (1..=walked.min(n - 1))
-            .map(|step| call.sale.shards[(call.home + step) % n].spill_marker(hold_id))
+    fn retire_markers(&self, call: &ReserveCall<'_>, hold_id: &str, walked: &[usize]) {
+        let markers: Vec<String> = walked
+            .iter()
+            .map(|&shard| call.sale.shards[shard].spill_marker(hold_id))
             .collect();
         if markers.is_empty() {
             return;
@@ -419,6 +466,7 @@ impl Engine {
             .arg(IDEMPOTENCY_TTL_SECS)
             .arg(RECLAIM_BATCH)
             .arg(&call.idem)
+            .arg(call.position_arg())
             .invoke_async(&mut conn)
             .await?;
         Ok(match int(r.first()) {
@@ -452,6 +500,7 @@ impl Engine {
             .arg(hold.expires_ms)
             .arg(IDEMPOTENCY_TTL_SECS)
             .arg(requested)
+            .arg(call.position_arg())
             .invoke_async(&mut conn)
             .await?;
         Ok(())
@@ -604,22 +653,49 @@ impl Engine {
     /// reclaimable (expired) holds, none has, or none has and a shard lost
     /// its keys (Redis lost data; a missing stock key is not an empty one,
     /// issue 43 #7: it read as sold out, 410, until the rebuild).
-    pub async fn stock_state(&self, sale: &Sale) -> Result<StockState, RedisError> {
+    ///
+    /// `sku`: the SKU at that position only (its shards, its stock keys);
+    /// `None`: any SKU of the sale (the sale is sold out only when every
+    /// SKU is). One `MGET` per shard reads every stock key asked for there
+    /// (one slot), so a sale of 1,000 SKUs costs a call per shard, not per
+    /// SKU. Expired holds count for every SKU (the index is per shard): a
+    /// SKU may read as selling until a reservation reclaims them, never the
+    /// other way round.
+    pub async fn stock_state(
+        &self,
+        sale: &Sale,
+        sku: Option<i32>,
+    ) -> Result<StockState, RedisError> {
         let mut conn = self.conn.clone();
         // Redis's clock, as the scripts that expire holds use it.
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
+        let positions: Vec<i32> = match sku {
+            Some(p) => vec![p],
+            None => (0..sale.placements.len() as i32).collect(),
+        };
         let mut lost = false;
-        for k in &sale.shards {
-            let stock: Option<i64> = redis::cmd("GET")
-                .arg(&k.stock)
-                .query_async(&mut conn)
-                .await?;
-            let Some(stock) = stock else {
+        for (i, k) in sale.shards.iter().enumerate() {
+            let here: Vec<i32> = positions
+                .iter()
+                .copied()
+                .filter(|p| sale.placement(*p).holds(i))
+                .collect();
+            if here.is_empty() {
+                continue;
+            }
+            // The shard's own key first: gone means the shard is lost.
+            let mut mget = redis::cmd("MGET");
+            mget.arg(&k.stock);
+            for p in &here {
+                mget.arg(k.stock_of(*p));
+            }
+            let stocks: Vec<Option<i64>> = mget.query_async(&mut conn).await?;
+            if stocks.iter().any(Option::is_none) {
                 lost = true;
                 continue;
-            };
-            if stock > 0 {
+            }
+            if stocks[1..].iter().any(|s| s.unwrap_or(0) > 0) {
                 return Ok(StockState::Selling);
             }
             let expired: i64 = redis::cmd("ZCOUNT")
@@ -637,6 +713,58 @@ impl Engine {
         } else {
             StockState::Empty
         })
+    }
+}
+
+/// Each SKU's units in Redis ([`Engine::sku_stock`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkuStock {
+    /// By position: the units on the stock keys of the SKU's shards.
+    pub available: Vec<i64>,
+    /// By position: whether one of the SKU's shards has expired holds a
+    /// reservation would reclaim (units about to be back on sale).
+    pub expiring: Vec<bool>,
+    /// A stock key is gone (Redis lost data): the figures are not the truth
+    /// until the rebuild.
+    pub lost: bool,
+}
+
+impl Engine {
+    /// Every SKU's units in Redis: one MGET (every stock key placed on the
+    /// shard, one slot) and one ZCOUNT (expired holds) per shard, however
+    /// many SKUs.
+    pub async fn sku_stock(&self, sale: &Sale) -> Result<SkuStock, RedisError> {
+        let mut conn = self.conn.clone();
+        // Redis's clock, as the scripts that expire holds use it.
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        let now = secs * 1000 + micros / 1000;
+        let n = sale.placements.len();
+        let mut out = SkuStock {
+            available: vec![0; n],
+            expiring: vec![false; n],
+            lost: false,
+        };
+        for (i, k) in sale.shards.iter().enumerate() {
+            let here: Vec<usize> = (0..n).filter(|p| sale.placements[*p].holds(i)).collect();
+            let mut mget = redis::cmd("MGET");
+            mget.arg(&k.stock);
+            for p in &here {
+                mget.arg(k.stock_of(*p as i32));
+            }
+            let stocks: Vec<Option<i64>> = mget.query_async(&mut conn).await?;
+            out.lost |= stocks.iter().any(Option::is_none);
+            let expired: i64 = redis::cmd("ZCOUNT")
+                .arg(&k.exp)
+                .arg("-inf")
+                .arg(now)
+                .query_async(&mut conn)
+                .await?;
+            for (p, stock) in here.iter().zip(&stocks[1..]) {
+                out.available[*p] += stock.unwrap_or(0).max(0);
+                out.expiring[*p] |= expired > 0;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -681,6 +809,10 @@ pub struct HoldRecord {
     /// The qty the request asked for (a partial fill holds less).
     #[serde(rename = "r", default)]
     pub requested: Option<i64>,
+    /// Its SKU's position, in a sale of several SKUs (none in a one-SKU
+    /// sale).
+    #[serde(rename = "p", default)]
+    pub position: Option<i64>,
 }
 
 impl HoldRecord {

@@ -180,6 +180,18 @@ impl ShardKeys {
         }
     }
 
+    /// The stock key of the SKU at `position` on this shard: `stock` for
+    /// position 0 (the key a sale had before SKUs; it also marks the shard
+    /// as live, so it exists on every shard), `stock:<position>` otherwise,
+    /// as `lua/_lib.lua` `stock_key` names it. Same hash tag, same slot.
+    pub fn stock_of(&self, position: i32) -> String {
+        if position == 0 {
+            self.stock.clone()
+        } else {
+            format!("{}:{position}", self.stock)
+        }
+    }
+
     /// `KEYS[1..7]` in script order.
     pub fn all(&self) -> [&str; 7] {
         [

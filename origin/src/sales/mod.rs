@@ -3,10 +3,11 @@
 //! the operator.
 //!
 //! Imports flow one way: `spec` and `registry` → `sale` → `sku` →
-//! `bounds`, and `sale` → `crate::reserve::store` (the keys of a sale's
+//! `bounds`, `sale` → `placement` (where each SKU's stock lives), and `sale` → `crate::reserve::store` (the keys of a sale's
 //! shards).
 
 pub mod bounds;
+pub mod placement;
 pub mod registry;
 pub mod sale;
 pub mod sku;

@@ -192,6 +192,30 @@ impl SaleRegistry {
             .clone()
     }
 
+    /// The sold-out flag of one SKU of a sale of several (a one-SKU sale
+    /// uses the sale's [`Self::flag`]).
+    pub fn sku_flag(&self, id: &str, position: i32) -> Arc<SoldOutFlag> {
+        self.flag(&format!("{id}/{position}"))
+    }
+
+    /// Units of sale `id` came back (a cancel, an expiry): its flag and
+    /// every one of its SKUs' flags are cleared, so this process sells
+    /// again at once.
+    pub fn units_back(&self, id: &str, now: Instant) {
+        let prefix = format!("{id}/");
+        let flags: Vec<Arc<SoldOutFlag>> = self
+            .flags
+            .lock()
+            .expect("flag map lock is never poisoned: no panics while held")
+            .iter()
+            .filter(|(k, _)| k.as_str() == id || k.starts_with(&prefix))
+            .map(|(_, f)| f.clone())
+            .collect();
+        for f in flags {
+            f.set(false, now, self.epoch);
+        }
+    }
+
     /// The sales the background workers (settlement, sweep, reconciler)
     /// look after: from a day before the start until a day after the last
     /// hold could have expired, so a settlement backlog left by a long

@@ -16,6 +16,8 @@ use sqlx::PgPool;
 
 use crate::reserve::store::ShardKeys;
 pub use crate::sales::bounds::valid_sale_id;
+use crate::sales::placement::Placement;
+pub use crate::sales::placement::shard_units;
 use crate::sales::sku::{SKU_COLUMNS, Sku};
 
 /// A sale as configured.
@@ -79,21 +81,55 @@ impl SaleConfig {
     }
 }
 
-/// A loaded sale: config plus the keys of each shard.
+/// A loaded sale: config plus the keys of each shard and where each SKU's
+/// stock lives on them.
 #[derive(Debug)]
 pub struct Sale {
     pub config: SaleConfig,
     pub shards: Vec<ShardKeys>,
+    /// By position: the shards each SKU is on ([`Placement`]).
+    pub placements: Vec<Placement>,
 }
 
 impl Sale {
     pub(crate) fn new(config: SaleConfig, prefix: &str) -> Self {
-        let shards = config
+        let shards: Vec<ShardKeys> = config
             .shard_tags
             .iter()
             .map(|t| ShardKeys::new(prefix, t))
             .collect();
-        Sale { config, shards }
+        let placements = config
+            .skus
+            .iter()
+            .map(|s| Placement::of(s.units_total, s.position, config.skus.len(), shards.len()))
+            .collect();
+        Sale {
+            config,
+            shards,
+            placements,
+        }
+    }
+
+    /// Whether the sale sells several SKUs. Only then do holds, counts and
+    /// records carry a SKU position: a one-SKU sale keeps the layout it had
+    /// before SKUs, so its keys and records stay valid as they are.
+    pub fn multi_sku(&self) -> bool {
+        self.config.skus.len() > 1
+    }
+
+    /// The position the scripts are given for the SKU at `position`: `None`
+    /// in a one-SKU sale.
+    pub fn script_position(&self, position: i32) -> Option<i32> {
+        self.multi_sku().then_some(position)
+    }
+
+    /// The placement of the SKU at `position` (the whole sale's shards for
+    /// an unknown position, as a one-SKU sale is placed).
+    pub fn placement(&self, position: i32) -> Placement {
+        usize::try_from(position)
+            .ok()
+            .and_then(|p| self.placements.get(p).copied())
+            .unwrap_or_else(|| Placement::of(1, 0, 1, self.shards.len()))
     }
 }
 
@@ -150,12 +186,6 @@ impl SoldOutFlag {
         );
         self.set.swap(value, Ordering::AcqRel) != value
     }
-}
-
-/// Units of shard `i` when `units` are split over `shards` (the first
-/// `units % shards` shards get one more).
-pub fn shard_units(units: i32, shards: i32, i: i32) -> i32 {
-    units / shards + i32::from(i < units % shards)
 }
 
 /// The columns of a [`SaleConfig`], in every query that reads one.

@@ -15,7 +15,8 @@ use sqlx::PgPool;
 
 use crate::reserve::store::{RedisConn, ShardKeys, choose_tags, ensure_group, master_slot_ranges};
 use crate::sales::bounds::{MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_UNITS};
-use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, shard_units, valid_sale_id, with_skus};
+use crate::sales::placement::Placement;
+use crate::sales::sale::{COLUMNS, SaleConfig, load_sale, valid_sale_id, with_skus};
 use crate::sales::sku::{SkuSpec, validate_skus};
 
 /// What `origin sale create` asks for.
@@ -154,14 +155,6 @@ impl SaleSpec {
         }
         let skus = self.sku_specs();
         validate_skus(&skus, self.per_user_limit).map_err(CreateError::Invalid)?;
-        // The reservation path sells one pool of units per sale until the
-        // per-SKU Redis stock lands (docs/skus.md, "What is built"): a sale
-        // of several SKUs would sell any SKU's units for any other's.
-        if skus.len() > 1 {
-            return bad(
-                "a sale of several SKUs cannot be sold yet (docs/skus.md): give one --sku, or --units and --price-cents",
-            );
-        }
         let units = self.units_total();
         if !(1..=256).contains(&self.shards) || i64::from(self.shards) > units {
             return bad("--shards must be 1-256 and not more than the sale's units");
@@ -448,8 +441,29 @@ pub async fn create_sale(
     // Redis first, then commit: if Redis fails the sale does not exist at
     // all; if the commit fails the orphan keys are refused by a re-run
     // (RedisKeysExist) and visible to the operator.
+    //
+    // Each SKU's units go to the shards it is placed on (`Placement`); the
+    // other SKUs' keys first (one MSET per shard: one slot), then the
+    // shard's own `stock` key (position 0's; 0 where position 0 is not
+    // placed), which marks the shard live and is the guard against a second
+    // create.
+    let placements: Vec<Placement> = skus
+        .iter()
+        .enumerate()
+        .map(|(p, s)| Placement::of(s.units, p as i32, skus.len(), keys.len()))
+        .collect();
     for (i, k) in keys.iter().enumerate() {
-        let units = shard_units(units, spec.shards, i as i32);
+        let others: Vec<(String, i32)> = skus
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(p, _)| placements[*p].holds(i))
+            .map(|(p, s)| (k.stock_of(p as i32), placements[p].units_on(s.units, i)))
+            .collect();
+        if !others.is_empty() {
+            let _: () = redis::cmd("MSET").arg(&others).query_async(conn).await?;
+        }
+        let units = placements[0].units_on(skus[0].units, i);
         let ok: bool = redis::cmd("SET")
             .arg(&k.stock)
             .arg(units)

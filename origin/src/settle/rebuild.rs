@@ -18,7 +18,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
-use crate::sales::sale::{Sale, shard_units};
+use crate::sales::sale::Sale;
 use crate::settle::scan::{HashScan, REBUILD_COLUMNS, RebuildRow, SCAN_CHUNK, key_ttl};
 
 /// A hold or release record still in a surviving shard's stream, as far as
@@ -32,6 +32,8 @@ struct StreamHold {
     requested: i64,
     expires_ms: i64,
     created_ms: i64,
+    /// Its SKU's position, in a sale of several SKUs.
+    sku: Option<i64>,
 }
 
 impl StreamHold {
@@ -50,6 +52,7 @@ impl StreamHold {
                 requested: h.requested.unwrap_or(h.qty),
                 expires_ms: i64::try_from(h.expires_ms).ok()?,
                 created_ms: i64::try_from(h.created_ms).ok()?,
+                sku: h.position,
             });
         }
         let created = match e.get::<String>("t")?.as_str() {
@@ -71,6 +74,7 @@ impl StreamHold {
             requested: int("rq").unwrap_or(qty),
             expires_ms: int("exp")?,
             created_ms: created,
+            sku: int("p"),
         })
     }
 }
@@ -185,6 +189,8 @@ pub async fn rebuild_sale(
     .bind(since)
     .fetch_all(pool)
     .await?;
+    let multi = sale.multi_sku();
+    let rows: Vec<RebuildRow> = rows.into_iter().map(|r| r.in_sale(multi)).collect();
     let now_ms = Utc::now().timestamp_millis();
     let mut rebuilt = Vec::new();
     for &i in &lost {
@@ -193,14 +199,34 @@ pub async fn rebuild_sale(
             .iter()
             .filter(|r| r.live() && r.shard as usize == i)
             .collect();
-        let stock = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
-            - on_shard.iter().map(|r| i64::from(r.qty)).sum::<i64>();
+        // Each SKU placed here: its share less its live holds here.
+        let stocks: Vec<(i32, i64)> = cfg
+            .skus
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| *p == 0 || sale.placements[*p].holds(i))
+            .map(|(p, sku)| {
+                let p = p as i32;
+                let held: i64 = on_shard
+                    .iter()
+                    .filter(|r| r.sku.unwrap_or(0) == p)
+                    .map(|r| i64::from(r.qty))
+                    .sum();
+                (
+                    p,
+                    i64::from(sale.placement(p).units_on(sku.units_total, i)) - held,
+                )
+            })
+            .collect();
+        let stock = stocks.first().map_or(0, |(_, s)| *s);
+        let other_stocks: Vec<_> = stocks[1..].iter().map(|(p, s)| json!([p, s])).collect();
         let holds: Vec<_> = on_shard
             .iter()
             .map(|r| json!([r.id, r.hold_record()]))
             .collect();
-        // Every hold of an account whose home is i: (id, account, qty, shard).
-        let mut owed: Vec<(&str, &str, i64, usize)> = rows
+        // Every hold of an account whose home is i: (id, account, qty,
+        // shard, SKU position in a sale of several).
+        let mut owed: Vec<(&str, &str, i64, usize, Option<i64>)> = rows
             .iter()
             .filter(|r| r.live() && r.home as usize == i && lost.contains(&(r.shard as usize)))
             .map(|r| {
@@ -209,6 +235,7 @@ pub async fn rebuild_sale(
                     r.account.as_str(),
                     i64::from(r.qty),
                     r.shard as usize,
+                    r.sku.map(i64::from),
                 )
             })
             .collect();
@@ -216,14 +243,23 @@ pub async fn rebuild_sale(
             surviving
                 .iter()
                 .filter(|(_, _, h)| h.home == i)
-                .map(|(id, s, h)| (id.as_str(), h.account.as_str(), h.qty, *s)),
+                .map(|(id, s, h)| (id.as_str(), h.account.as_str(), h.qty, *s, h.position)),
         );
-        let mut users: HashMap<&str, i64> = HashMap::new();
+        // The sale-wide counts, and each SKU's under the field
+        // `lua/_lib.lua` `sku_field` names.
+        let mut users: HashMap<String, i64> = HashMap::new();
         let mut quota = Vec::new();
-        for (id, account, qty, shard) in &owed {
-            *users.entry(account).or_default() += qty;
+        for (id, account, qty, shard, sku) in &owed {
+            *users.entry(account.to_string()).or_default() += qty;
+            if let Some(p) = sku {
+                *users.entry(format!("{account}\n{p}")).or_default() += qty;
+            }
             if *shard != i {
-                quota.push(json!([id, {"a": account, "q": qty, "s": shard}]));
+                let mut q = json!({"a": account, "q": qty, "s": shard});
+                if let Some(p) = sku {
+                    q["p"] = json!(p);
+                }
+                quota.push(json!([id, q]));
             }
         }
         // Key records: from Postgres, then the surviving holds (newer).
@@ -233,14 +269,20 @@ pub async fn rebuild_sale(
             idem.insert(hash, (r.key_record(), r.created_at.timestamp_millis()));
         }
         for u in unsettled.iter().filter(|u| u.home == i) {
-            let rec = json!({"st": "held", "id": u.id, "sh": u.shard, "e": u.expires_ms, "q": u.qty,
+            let mut rec = json!({"st": "held", "id": u.id, "sh": u.shard, "e": u.expires_ms, "q": u.qty,
                              "rq": u.requested});
+            if let Some(p) = u.sku {
+                rec["p"] = json!(p);
+            }
             idem.insert(&u.idem, (rec, u.created_ms));
         }
         for (id, s, h) in surviving.iter().filter(|(_, _, h)| h.home == i) {
             let Some(hash) = &h.idem else { continue };
-            let rec = json!({"st": "held", "id": id, "sh": s, "e": h.expires_ms, "q": h.qty,
+            let mut rec = json!({"st": "held", "id": id, "sh": s, "e": h.expires_ms, "q": h.qty,
                              "rq": h.requested.unwrap_or(h.qty)});
+            if let Some(p) = h.position {
+                rec["p"] = json!(p);
+            }
             idem.insert(hash, (rec, h.created_ms as i64));
         }
         // take.lua's once-only decisions on this shard for spills from other
@@ -248,6 +290,7 @@ pub async fn rebuild_sale(
         // walked past this shard to land further on. Without them a replay
         // of a spill whose quota_commit never ran would decide again: grant
         // the same hold id twice, or give back the quota of a live hold.
+        // A spill walks only its SKU's shards (`Placement::others`).
         let n = sale.shards.len();
         let mut markers: Vec<(String, &str, i64)> = Vec::new();
         let spills = rows
@@ -258,18 +301,27 @@ pub async fn rebuild_sale(
                     r.home as usize,
                     r.shard as usize,
                     r.created_at.timestamp_millis(),
+                    r.sku.unwrap_or(0),
                 )
             })
-            .chain(
-                surviving
-                    .iter()
-                    .map(|(id, s, h)| (id.as_str(), h.home, *s, h.created_ms as i64)),
-            );
-        for (id, home, shard, created_ms) in spills {
+            .chain(surviving.iter().map(|(id, s, h)| {
+                (
+                    id.as_str(),
+                    h.home,
+                    *s,
+                    h.created_ms as i64,
+                    h.position.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),
+                )
+            }));
+        for (id, home, shard, created_ms, sku) in spills {
             if home == shard || home >= n || shard >= n {
                 continue;
             }
-            let walked_past = (1..(shard + n - home) % n).any(|step| (home + step) % n == i);
+            let walked_past = sale
+                .placement(sku)
+                .others(home)
+                .take_while(|s| *s != shard)
+                .any(|s| s == i);
             if shard == i {
                 markers.push((k.spill_marker(id), "H", created_ms));
             } else if walked_past {
@@ -332,6 +384,11 @@ pub async fn rebuild_sale(
             .key(staging.as_slice())
             .arg(stock)
             .arg(counts.as_slice())
+            .arg(if other_stocks.is_empty() {
+                String::new()
+            } else {
+                serde_json::Value::Array(other_stocks).to_string()
+            })
             .invoke_async(&mut conn)
             .await?;
         if done == -1 {

@@ -3,7 +3,10 @@
 //! Per shard, Postgres implies the stock exactly: a hold takes units from the
 //! shard it was granted on and a release gives them back there, so
 //! `stock(s) = share(s) − Σ qty of live reservations on s` (live = settled,
-//! pending_payment, paid). The reconciler compares that with Redis once the
+//! pending_payment, paid). In a sale of several SKUs this holds per SKU:
+//! `stock(s, p) = share(s, p) − Σ qty of live reservations of SKU p on s`
+//! for each SKU p placed on s (`crate::sales::placement`), and the shard is
+//! compared and repaired as a whole (every SKU's key at the one version). The reconciler compares that with Redis once the
 //! shard's stream is drained, reports the drift (metric + log line) and
 //! repairs the stock with reconcile.lua, which refuses if the stream is not
 //! drained or the shard moved since it was read: it never "repairs" from a
@@ -69,9 +72,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::payments::saga::{self, Alignment};
 use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
-use crate::reserve::store::ShardKeys;
 use crate::sales::registry::SaleRegistry;
-use crate::sales::sale::{Sale, shard_units};
+use crate::sales::sale::Sale;
 use crate::settle::rebuild::{RebuildError, rebuild_sale};
 use crate::settle::scan::{HashScan, REBUILD_COLUMNS, RebuildRow, SCAN_CHUNK, key_ttl};
 use crate::settle::settler;
@@ -116,6 +118,9 @@ pub struct Report {
 pub(crate) struct Observed {
     /// `None`: the shard's keys are gone.
     stock: Option<String>,
+    /// The other SKUs placed on the shard (sale of several SKUs): their
+    /// position and stock (`None`: the key is gone).
+    skus: Vec<(i32, Option<String>)>,
     /// Settlement entries not yet in Postgres.
     unsettled: i64,
     /// The id of the last entry appended to the shard's stream: unchanged
@@ -123,20 +128,45 @@ pub(crate) struct Observed {
     version: String,
 }
 
-pub(crate) async fn observe(engine: &Engine, k: &ShardKeys) -> Result<Observed, redis::RedisError> {
+pub(crate) async fn observe(
+    engine: &Engine,
+    sale: &Sale,
+    i: usize,
+) -> Result<Observed, redis::RedisError> {
+    let k = &sale.shards[i];
+    let positions = other_skus_on(sale, i);
     let mut conn = engine.conn.clone();
-    let (stock, unsettled, version): (Option<String>, i64, String) = engine
-        .scripts
-        .observe
-        .key(&k.stock)
-        .key(&k.stream)
-        .invoke_async(&mut conn)
-        .await?;
+    let (stock, unsettled, version, skus): (Option<String>, i64, String, Vec<Option<String>>) =
+        engine
+            .scripts
+            .observe
+            .key(&k.stock)
+            .key(&k.stream)
+            .arg(positions.as_slice())
+            .invoke_async(&mut conn)
+            .await?;
     Ok(Observed {
         stock,
+        skus: positions.into_iter().zip(skus).collect(),
         unsettled,
         version,
     })
+}
+
+/// The positions other than 0 of the SKUs placed on shard `i` (none in a
+/// one-SKU sale).
+fn other_skus_on(sale: &Sale, i: usize) -> Vec<i32> {
+    (1..sale.placements.len())
+        .filter(|p| sale.placements[*p].holds(i))
+        .map(|p| p as i32)
+        .collect()
+}
+
+impl Observed {
+    /// Whether the shard (any of its SKUs' keys) is gone.
+    fn lost(&self) -> bool {
+        self.stock.is_none() || self.skus.iter().any(|(_, s)| s.is_none())
+    }
 }
 
 /// Live reservations (held, pending or paid) Postgres records on one shard.
@@ -144,9 +174,9 @@ async fn live_on_shard(
     pool: &PgPool,
     sale: &str,
     shard: usize,
-) -> Result<Vec<(String, i32)>, sqlx::Error> {
+) -> Result<Vec<(String, i32, i32)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, qty FROM reservations
+        "SELECT id, qty, sku FROM reservations
          WHERE sale_id = $1 AND shard = $2 AND status IN ('settled', 'pending_payment', 'paid')",
     )
     .bind(sale)
@@ -167,8 +197,12 @@ enum ShardCheck {
         /// Hold records Postgres does not have live.
         extra: usize,
     },
-    /// The records agree; the stock Redis has and the one Postgres implies.
-    Compared { observed: Observed, expected: i64 },
+    /// The records agree; the stock Redis has and the one Postgres implies
+    /// for each SKU on the shard (position 0 first).
+    Compared {
+        observed: Observed,
+        expected: Vec<(i32, i64)>,
+    },
 }
 
 /// Compares one drained shard with Postgres, between two equal versions:
@@ -184,30 +218,43 @@ async fn compare_shard(
 ) -> Result<ShardCheck, ReconcileError> {
     let cfg = &sale.config;
     let k = &sale.shards[i];
-    let before = observe(engine, k).await?;
-    if before.stock.is_none() || before.unsettled > 0 {
+    let before = observe(engine, sale, i).await?;
+    if before.lost() || before.unsettled > 0 {
         return Ok(ShardCheck::Moving);
     }
     let live = live_on_shard(pool, &cfg.id, i).await?;
-    let expected = i64::from(shard_units(cfg.units_total, cfg.shards, i as i32))
-        - live.iter().map(|(_, q)| i64::from(*q)).sum::<i64>();
+    let expected: Vec<(i32, i64)> = std::iter::once(0)
+        .chain(other_skus_on(sale, i))
+        .map(|p| {
+            let units = usize::try_from(p)
+                .ok()
+                .and_then(|p| cfg.skus.get(p))
+                .map_or(0, |s| s.units_total);
+            let held: i64 = live
+                .iter()
+                .filter(|(_, _, sku)| *sku == p)
+                .map(|(_, q, _)| i64::from(*q))
+                .sum();
+            (p, i64::from(sale.placement(p).units_on(units, i)) - held)
+        })
+        .collect();
     let mut redis_ids: HashSet<String> = HashSet::new();
     let mut scan = HashScan::new(&k.holds);
     while let Some(pairs) = scan.next(engine).await? {
         redis_ids.extend(pairs.into_iter().map(|(id, _)| id));
         // A sale that starts selling again mid-scan (10^6 holds are a
         // thousand chunks) is left at once, not read to the end in vain.
-        if observe(engine, k).await? != before {
+        if observe(engine, sale, i).await? != before {
             return Ok(ShardCheck::Moving);
         }
     }
-    if observe(engine, k).await? != before {
+    if observe(engine, sale, i).await? != before {
         return Ok(ShardCheck::Moving);
     }
     let missing: Vec<String> = live
         .iter()
-        .filter(|(id, _)| !redis_ids.contains(id))
-        .map(|(id, _)| id.clone())
+        .filter(|(id, _, _)| !redis_ids.contains(id))
+        .map(|(id, _, _)| id.clone())
         .collect();
     let extra = redis_ids.len() - (live.len() - missing.len());
     if !missing.is_empty() || extra > 0 {
@@ -311,30 +358,38 @@ pub async fn reconcile_sale(
             }
             ShardCheck::Compared { observed, expected } => (observed, expected),
         };
-        let Some(stock) = observed.stock else {
+        // Each SKU's stock as observed, position 0 (the shard's own key)
+        // first, in `expected`'s order.
+        let Some(stock) = observed.stock.clone() else {
             continue;
         };
-        let observed_stock: i64 = stock.parse().unwrap_or(i64::MIN);
-        let drift = observed_stock - expected;
-        report.drift += drift.abs();
-        if drift != 0 {
-            tracing::warn!(sale = %cfg.id, shard = i, redis = observed_stock, postgres = expected, drift, "reconcile: stock drift");
-            if repair {
-                let mut conn = engine.conn.clone();
-                let fixed: i64 = engine
-                    .scripts
-                    .reconcile
-                    .key(&k.stock)
-                    .key(&k.stream)
-                    .arg(&stock)
-                    .arg(expected)
-                    .arg(&observed.version)
-                    .invoke_async(&mut conn)
-                    .await?;
-                if fixed == 1 {
-                    report.repaired_shards.push(i);
-                    tracing::warn!(sale = %cfg.id, shard = i, stock = expected, "reconcile: repaired Redis stock from Postgres");
-                }
+        let seen: Vec<String> = std::iter::once(stock)
+            .chain(observed.skus.iter().filter_map(|(_, s)| s.clone()))
+            .collect();
+        let mut shard_drift = 0;
+        for ((p, want), have) in expected.iter().zip(&seen) {
+            let have: i64 = have.parse().unwrap_or(i64::MIN);
+            let drift = have - want;
+            if drift != 0 {
+                tracing::warn!(sale = %cfg.id, shard = i, sku = p, redis = have, postgres = want, drift, "reconcile: stock drift");
+            }
+            shard_drift += drift.abs();
+        }
+        report.drift += shard_drift;
+        if shard_drift != 0 && repair {
+            let mut conn = engine.conn.clone();
+            let mut call = engine.scripts.reconcile.key(&k.stock);
+            call.key(&k.stream)
+                .arg(&seen[0])
+                .arg(expected[0].1)
+                .arg(&observed.version);
+            for ((p, want), have) in expected.iter().zip(&seen).skip(1) {
+                call.arg(p).arg(have).arg(want);
+            }
+            let fixed: i64 = call.invoke_async(&mut conn).await?;
+            if fixed == 1 {
+                report.repaired_shards.push(i);
+                tracing::warn!(sale = %cfg.id, shard = i, "reconcile: repaired Redis stock from Postgres");
             }
         }
     }
@@ -369,13 +424,15 @@ async fn repair_missing(
     report: &mut Report,
 ) -> Result<usize, ReconcileError> {
     let cfg = &sale.config;
-    let mut rows: Vec<RebuildRow> = sqlx::query_as(&format!(
+    let rows: Vec<RebuildRow> = sqlx::query_as(&format!(
         "SELECT {REBUILD_COLUMNS} FROM reservations WHERE sale_id = $1 AND id = ANY($2)"
     ))
     .bind(&cfg.id)
     .bind(missing)
     .fetch_all(pool)
     .await?;
+    let multi = sale.multi_sku();
+    let mut rows: Vec<RebuildRow> = rows.into_iter().map(|r| r.in_sale(multi)).collect();
     rows.sort_by_key(|r| (r.status == "paid", r.created_at));
     let mut version = observed.version.clone();
     let mut repaired = 0;
@@ -479,25 +536,21 @@ async fn repair_locked(
     }
     if r.status != "paid" {
         // The shard still at the version compared: no hold came or went.
-        let now = observe(engine, k).await?;
-        if now.stock.is_none() || now.version != version {
+        let now = observe(engine, sale, i).await?;
+        if now.lost() || now.version != version {
             return Ok(Repair::Skipped("moved"));
         }
-        let released: Option<i32> = sqlx::query_scalar(
+        let released: Option<(i32, i32)> = sqlx::query_as(
             "UPDATE reservations SET status = 'expired', released_at = now(), release_reason = 'lost'
-             WHERE id = $1 AND status IN ('settled', 'pending_payment') RETURNING qty",
+             WHERE id = $1 AND status IN ('settled', 'pending_payment') RETURNING sku, qty",
         )
         .bind(&r.id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(qty) = released else {
+        let Some(released) = released else {
             return Ok(Repair::Skipped("changed"));
         };
-        sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
-            .bind(&sale.config.id)
-            .bind(qty)
-            .execute(&mut *tx)
-            .await?;
+        settler::give_back_units(&mut *tx, &sale.config.id, &[released]).await?;
         return Ok(Repair::Released);
     }
     // Paid: the count (and quota) on the home shard first, the safe side.
@@ -529,6 +582,7 @@ async fn repair_locked(
             .arg(i)
             .arg(record())
             .arg(ttl)
+            .arg(r.sku.map(|p| p.to_string()).unwrap_or_default())
             .invoke_async(&mut conn)
             .await?;
         if counted < 0 {

@@ -70,9 +70,22 @@ pub(crate) struct RebuildRow {
     pub(crate) expires_at: DateTime<Utc>,
     pub(crate) idem: Option<String>,
     pub(crate) requested_qty: Option<i32>,
+    /// Its SKU's position (`reservations.sku`), as its records carry it:
+    /// `None` in a one-SKU sale, whose records carry none
+    /// ([`RebuildRow::in_sale`]).
+    pub(crate) sku: Option<i32>,
 }
 
 impl RebuildRow {
+    /// The row as the records of `sale` carry it: no SKU position in a
+    /// one-SKU sale (its layout is the one from before SKUs).
+    pub(crate) fn in_sale(mut self, multi_sku: bool) -> Self {
+        if !multi_sku {
+            self.sku = None;
+        }
+        self
+    }
+
     pub(crate) fn live(&self) -> bool {
         matches!(self.status.as_str(), "settled" | "pending_payment" | "paid")
     }
@@ -90,13 +103,20 @@ impl RebuildRow {
             h["k"] = json!(idem);
             h["r"] = json!(self.requested_qty.unwrap_or(self.qty));
         }
+        if let Some(p) = self.sku {
+            h["p"] = json!(p);
+        }
         h
     }
 
     /// Its Idempotency-Key record (the first answer), as reserve.lua keeps it.
     pub(crate) fn key_record(&self) -> serde_json::Value {
-        json!({"st": "held", "id": self.id, "sh": self.shard, "e": self.expires_at.timestamp_millis(),
-               "q": self.qty, "rq": self.requested_qty.unwrap_or(self.qty)})
+        let mut k = json!({"st": "held", "id": self.id, "sh": self.shard, "e": self.expires_at.timestamp_millis(),
+               "q": self.qty, "rq": self.requested_qty.unwrap_or(self.qty)});
+        if let Some(p) = self.sku {
+            k["p"] = json!(p);
+        }
+        k
     }
 }
 
@@ -107,4 +127,4 @@ pub(crate) fn key_ttl(created_ms: i64, now_ms: i64) -> i64 {
 }
 
 pub(crate) const REBUILD_COLUMNS: &str =
-    "id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty";
+    "id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty, sku";

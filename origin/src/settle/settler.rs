@@ -181,6 +181,9 @@ pub struct HoldRow {
     /// (absent in records written before they existed).
     pub idem: Option<String>,
     pub requested: Option<i32>,
+    /// The SKU's position (`reservations.sku`; 0 in a one-SKU sale, whose
+    /// records carry none).
+    pub sku: i32,
 }
 
 impl HoldRow {
@@ -197,6 +200,10 @@ impl HoldRow {
             expires_at: ms_time(e.get("exp"))?,
             idem: e.get("idem").filter(|k| !k.is_empty()).map(str::to_owned),
             requested: e.get("rq").and_then(|q| q.parse().ok()).filter(|q| *q > 0),
+            sku: match e.get("p") {
+                None => 0,
+                Some(p) => p.parse().ok().filter(|p| *p >= 0)?,
+            },
         })
     }
 
@@ -217,12 +224,16 @@ impl HoldRow {
                 .requested
                 .and_then(|q| i32::try_from(q).ok())
                 .filter(|q| *q > 0),
+            sku: match h.position {
+                None => 0,
+                Some(p) => i32::try_from(p).ok().filter(|p| *p >= 0)?,
+            },
         })
     }
 }
 
 /// Column arrays of reservation rows, for one `unnest` insert; the query's
-/// parameters `$2..$10` in this order.
+/// parameters `$2..$11` in this order.
 #[derive(Default)]
 struct RowColumns {
     ids: Vec<String>,
@@ -234,6 +245,7 @@ struct RowColumns {
     expires: Vec<DateTime<Utc>>,
     idems: Vec<Option<String>>,
     requested: Vec<Option<i32>>,
+    skus: Vec<i32>,
 }
 
 impl RowColumns {
@@ -247,6 +259,7 @@ impl RowColumns {
         self.expires.push(r.expires_at);
         self.idems.push(r.idem.clone());
         self.requested.push(r.requested);
+        self.skus.push(r.sku);
     }
 
     fn bind<'q>(
@@ -262,6 +275,7 @@ impl RowColumns {
             .bind(&self.expires)
             .bind(&self.idems)
             .bind(&self.requested)
+            .bind(&self.skus)
     }
 }
 
@@ -731,10 +745,10 @@ impl Settler {
             }
             let inserted: Vec<(String, i32)> = cols
                 .bind(sqlx::query(
-                    "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty)
-                     SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at, u.idem, u.rq
-                     FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int[])
-                          WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, n)
+                    "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at, idem, requested_qty, sku)
+                     SELECT u.id, $1, u.account, u.qty, 'settled', u.shard, u.home, u.created_at, u.expires_at, u.idem, u.rq, u.sku
+                     FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[], $9::text[], $10::int[], $11::int[])
+                          WITH ORDINALITY AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, sku, n)
                      ORDER BY u.n
                      ON CONFLICT (id) DO NOTHING
                      RETURNING id, qty",
@@ -745,6 +759,13 @@ impl Settler {
                 .map(|r| (r.get::<String, _>(0), r.get::<i32, _>(1)))
                 .collect();
             out.inserted = inserted.len();
+            let sku_of: HashMap<&str, i32> = holds
+                .iter()
+                .filter_map(|h| match h {
+                    Record::Hold { id, row } => Some((id.as_str(), row.sku)),
+                    _ => None,
+                })
+                .collect();
             // RETURNING order is not guaranteed: restore stream order.
             let order: HashMap<&str, usize> = cols
                 .ids
@@ -754,8 +775,11 @@ impl Settler {
                 .collect();
             let mut inserted = inserted;
             inserted.sort_by_key(|(id, _)| order.get(id.as_str()).copied().unwrap_or(usize::MAX));
-            let n: i32 = inserted.iter().map(|(_, q)| q).sum();
-            if n > 0 && !take_units(&mut tx, sale_id, n).await? {
+            let takes: Vec<(i32, i32)> = inserted
+                .iter()
+                .map(|(id, q)| (sku_of.get(id.as_str()).copied().unwrap_or(0), *q))
+                .collect();
+            if !takes.is_empty() && !take_units(&mut tx, sale_id, &takes).await? {
                 // Only once every earlier entry of the stream is settled:
                 // an unsettled earlier release may be what freed the unit.
                 if earlier_pending(&mut conn, keys, &entries[0].id).await? {
@@ -763,8 +787,8 @@ impl Settler {
                     return Err(SettleError::Overtaken);
                 }
                 // The batch does not fit: Postgres refuses what would go over total.
-                for (id, qty) in &inserted {
-                    if !take_units(&mut tx, sale_id, *qty).await? {
+                for ((id, _), take) in inserted.iter().zip(&takes) {
+                    if !take_units(&mut tx, sale_id, std::slice::from_ref(take)).await? {
                         rejected_ids.push(id.clone());
                     }
                 }
@@ -1082,11 +1106,11 @@ async fn apply_releases(
         let inserted: std::collections::HashSet<String> = cols
             .bind(sqlx::query(
                 "INSERT INTO reservations (id, sale_id, account, qty, status, shard, home, created_at, expires_at,
-                                           released_at, release_reason, idem, requested_qty)
-                 SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq
+                                           released_at, release_reason, idem, requested_qty, sku)
+                 SELECT u.id, $1, u.account, u.qty, u.status, u.shard, u.home, u.created_at, u.expires_at, now(), u.reason, u.idem, u.rq, u.sku
                  FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::timestamptz[], $8::timestamptz[],
-                             $9::text[], $10::int[], $11::text[], $12::text[])
-                      AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, status, reason)
+                             $9::text[], $10::int[], $11::int[], $12::text[], $13::text[])
+                      AS u(id, account, qty, shard, home, created_at, expires_at, idem, rq, sku, status, reason)
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id",
             ).bind(sale_id))
@@ -1124,10 +1148,10 @@ async fn release_rows(
     ids: &[String],
     reason: &str,
 ) -> Result<usize, sqlx::Error> {
-    let released: Vec<i32> = sqlx::query_scalar(
+    let released: Vec<(i32, i32)> = sqlx::query_as(
         "UPDATE reservations SET status = $2, released_at = now(), release_reason = $3
          WHERE id = ANY($1) AND sale_id = $4 AND status IN ('settled', 'pending_payment')
-         RETURNING qty",
+         RETURNING sku, qty",
     )
     .bind(ids)
     .bind(released_status(reason))
@@ -1135,14 +1159,7 @@ async fn release_rows(
     .bind(sale_id)
     .fetch_all(&mut **tx)
     .await?;
-    let n: i32 = released.iter().sum();
-    if n > 0 {
-        sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
-            .bind(sale_id)
-            .bind(n)
-            .execute(&mut **tx)
-            .await?;
-    }
+    give_back_units(tx, sale_id, &released).await?;
     Ok(released.len())
 }
 
@@ -1164,13 +1181,18 @@ async fn lock_sale(
         .ok_or_else(|| SettleError::UnknownSale(sale.to_string()))
 }
 
-/// The conditional inventory update: takes `n` units into `held` only if
-/// held + sold stay within total. Returns whether it did.
+/// The conditional inventory update, the last guard of "never one too
+/// many": takes the `(sku position, qty)` units into `held` only if the
+/// sale's held + sold stay within its total AND each SKU's within its
+/// units. All or nothing: returns whether it took them (when not, nothing
+/// changed). The sale's row first: it serialises the sale's writers, so the
+/// SKU rows are never locked in two orders (`migrations/0015`).
 async fn take_units(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     sale: &str,
-    n: i32,
+    takes: &[(i32, i32)],
 ) -> Result<bool, sqlx::Error> {
+    let n: i32 = takes.iter().map(|(_, q)| q).sum();
     let r = sqlx::query(
         "UPDATE inventory SET held = held + $2 WHERE sale_id = $1 AND held + sold + $2 <= total",
     )
@@ -1178,7 +1200,87 @@ async fn take_units(
     .bind(n)
     .execute(&mut **tx)
     .await?;
-    Ok(r.rows_affected() == 1)
+    if r.rows_affected() != 1 {
+        return Ok(false);
+    }
+    let per_sku = by_sku(takes);
+    let (positions, qtys): (Vec<i32>, Vec<i32>) = per_sku.iter().copied().unzip();
+    // Each SKU row's condition is rechecked on its latest version under its
+    // row lock, so the rows that come back are exactly the ones that fit.
+    let fitted: Vec<i32> = sqlx::query_scalar(
+        "UPDATE skus k SET held = k.held + w.n
+           FROM unnest($2::int[], $3::int[]) AS w(pos, n)
+          WHERE k.sale_id = $1 AND k.position = w.pos AND k.held + k.sold + w.n <= k.units_total
+         RETURNING k.position",
+    )
+    .bind(sale)
+    .bind(&positions)
+    .bind(&qtys)
+    .fetch_all(&mut **tx)
+    .await?;
+    if fitted.len() == per_sku.len() {
+        return Ok(true);
+    }
+    // Some SKU would go over: undo what was taken, the caller goes hold by
+    // hold.
+    let undo: Vec<(i32, i32)> = per_sku
+        .into_iter()
+        .filter(|(p, _)| fitted.contains(p))
+        .collect();
+    let (positions, qtys): (Vec<i32>, Vec<i32>) = undo.into_iter().unzip();
+    sqlx::query(
+        "UPDATE skus k SET held = k.held - w.n FROM unnest($2::int[], $3::int[]) AS w(pos, n)
+          WHERE k.sale_id = $1 AND k.position = w.pos",
+    )
+    .bind(sale)
+    .bind(&positions)
+    .bind(&qtys)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+        .bind(sale)
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    Ok(false)
+}
+
+/// `(sku position, qty)` pairs summed per SKU, in position order.
+fn by_sku(pairs: &[(i32, i32)]) -> Vec<(i32, i32)> {
+    let mut sums: std::collections::BTreeMap<i32, i32> = Default::default();
+    for (p, q) in pairs {
+        *sums.entry(*p).or_default() += q;
+    }
+    sums.into_iter().collect()
+}
+
+/// Released units leave `held`: the sale's and each SKU's (`(sku position,
+/// qty)` pairs; the sale's row first, as in [`take_units`]).
+pub(crate) async fn give_back_units(
+    tx: &mut sqlx::PgConnection,
+    sale: &str,
+    released: &[(i32, i32)],
+) -> Result<(), sqlx::Error> {
+    let n: i32 = released.iter().map(|(_, q)| q).sum();
+    if n == 0 {
+        return Ok(());
+    }
+    sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
+        .bind(sale)
+        .bind(n)
+        .execute(&mut *tx)
+        .await?;
+    let (positions, qtys): (Vec<i32>, Vec<i32>) = by_sku(released).into_iter().unzip();
+    sqlx::query(
+        "UPDATE skus k SET held = k.held - w.n FROM unnest($2::int[], $3::int[]) AS w(pos, n)
+          WHERE k.sale_id = $1 AND k.position = w.pos",
+    )
+    .bind(sale)
+    .bind(&positions)
+    .bind(&qtys)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// Settlement lag of a sale: entries in its streams not yet settled.

@@ -65,7 +65,7 @@ pub async fn sweep_sale(engine: &Engine, sale: &Sale) -> redis::RedisResult<i64>
 }
 
 /// The per-sale figures a dashboard shows beside the request rates: units
-/// still for sale in Redis (Σ shard stock) and the configured admission
+/// still for sale in Redis (Σ over SKUs and shards) and the configured admission
 /// rate. Best effort: a Redis error leaves the last value.
 async fn publish_sale_gauges(engine: &Engine, sale: &Sale) {
     let id = sale.config.id.clone();
@@ -73,14 +73,10 @@ async fn publish_sale_gauges(engine: &Engine, sale: &Sale) {
         .set(sale.config.admission_rate);
     metrics::gauge!("flashsale_units_total", "sale" => id.clone())
         .set(f64::from(sale.config.units_total));
-    let mut conn = engine.conn.clone();
-    let mut available = 0i64;
-    for k in &sale.shards {
-        match conn.get::<_, Option<i64>>(&k.stock).await {
-            Ok(stock) => available += stock.unwrap_or(0).max(0),
-            Err(_) => return,
-        }
-    }
+    let Ok(stock) = engine.sku_stock(sale).await else {
+        return;
+    };
+    let available: i64 = stock.available.iter().sum();
     metrics::gauge!("flashsale_units_available", "sale" => id).set(available as f64);
 }
 
@@ -119,9 +115,7 @@ pub async fn run(
                 Ok(0) => {}
                 Ok(units) => {
                     metrics::counter!("flashsale_expired_units_total").increment(units as u64);
-                    sales
-                        .flag(&sale.config.id)
-                        .set(false, Instant::now(), sales.epoch);
+                    sales.units_back(&sale.config.id, Instant::now());
                     tracing::info!(sale = %sale.config.id, units, "expired holds returned");
                 }
                 Err(e) => tracing::warn!(sale = %sale.config.id, error = %e, "sweep failed"),

@@ -57,9 +57,9 @@ fn rfc3339_ms(ms: u64) -> String {
         (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::api::ErrorBody),
         (status = 403, description = "`token_wrong_sale`", body = crate::http::api::ErrorBody),
         (status = 404, description = "`sale_not_found`, `unknown_sku` (the sale sells no SKU of that id)", body = crate::http::api::ErrorBody),
-        (status = 409, description = "`per_user_limit`, `sale_not_started`", body = crate::http::api::ErrorBody),
-        (status = 410, description = "`sold_out`, `sale_ended`, `reservation_released`", body = crate::http::api::ErrorBody),
-        (status = 422, description = "`invalid_body`, `invalid_qty`, `sku_required` (`sku` left out on a sale of several SKUs), `idempotency_key_reused`", body = crate::http::api::ErrorBody),
+        (status = 409, description = "`per_user_limit` (the sale-wide limit, units across all SKUs), `sku_per_user_limit` (the SKU's own limit), `sale_not_started`", body = crate::http::api::ErrorBody),
+        (status = 410, description = "`sold_out` (every SKU), `sku_sold_out` (this SKU; others are left), `sale_ended`, `reservation_released`", body = crate::http::api::ErrorBody),
+        (status = 422, description = "`invalid_body`, `invalid_qty`, `sku_required` (`sku` left out on a sale of several SKUs), `idempotency_key_reused` (the key was used with another qty or SKU)", body = crate::http::api::ErrorBody),
         (status = 429, description = "`overloaded`: shed, nothing changed", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
         (status = 503, description = "`redis_unavailable`, `sale_unavailable`, `database_unavailable`, `not_replicated` (`REDIS_ACK=wait`: no replica confirmed the hold in time; it may exist: retry with the same Idempotency-Key, which answers this same hold)", body = crate::http::api::ErrorBody, headers(("Retry-After" = u32, description = "seconds"))),
     )
@@ -177,13 +177,20 @@ async fn create_inner(
     // Shedding first: a request past the in-flight limit costs no Redis
     // call, not even the sold-out check below (issue 43 #7).
     let _permit = app.in_flight.try_acquire().map_err(|_| ApiError::Shed)?;
-    let flag = app.sales.flag(&cfg.id);
+    // The flag this request goes by: the SKU's in a sale of several, the
+    // sale's otherwise (its only SKU's).
+    let sale_flag = app.sales.flag(&cfg.id);
+    let position = sale.script_position(sku.position);
+    let flag = match position {
+        Some(p) => app.sales.sku_flag(&cfg.id, p),
+        None => sale_flag.clone(),
+    };
     if flag.is_set() {
         let sold_out = flag.is_fresh(Instant::now(), app.sales.epoch) || {
             // Stale flag: one request at a time (and so about one a second)
             // asks Redis whether units came back; the others go by the flag.
             if let Some(_check) = flag.begin_check() {
-                let state = app.engine.stock_state(&sale).await;
+                let state = app.engine.stock_state(&sale, position).await;
                 let now = Instant::now();
                 match state? {
                     StockState::Empty => {
@@ -207,10 +214,14 @@ async fn create_inner(
         // Sold out, but a key already used gets its first answer (a replay)
         // or 422 (another qty) from the engine: one GET of its record.
         if sold_out && !app.engine.key_recorded(&sale, &claims.sub, key).await? {
-            return Err(ApiError::SoldOut);
+            return Err(sold_out_answer(app, &sale, &sale_flag, position).await);
         }
     }
-    match app.engine.reserve(&sale, &claims.sub, qty, key).await? {
+    match app
+        .engine
+        .reserve(&sale, sku.position, &claims.sub, qty, key)
+        .await?
+    {
         Outcome::Held(hold) => {
             // REDIS_ACK=wait: a new hold's 202 only once a replica has the
             // hold; a replay's once a replica has the key's record, which
@@ -228,8 +239,10 @@ async fn create_inner(
                     .acknowledge(shard, &hold.reservation_id, FactKind::Held)
                     .await?;
             }
-            if flag.is_set() {
-                flag.set(false, Instant::now(), app.sales.epoch);
+            for f in [&flag, &sale_flag] {
+                if f.is_set() {
+                    f.set(false, Instant::now(), app.sales.epoch);
+                }
             }
             Ok((
                 json!({
@@ -250,12 +263,20 @@ async fn create_inner(
                 cfg.per_user_limit
             ),
         )),
+        Outcome::SkuLimit { used } => Err(ApiError::conflict(
+            "sku_per_user_limit",
+            format!(
+                "this account already has {used} of its {} units of {}",
+                sku.per_user_limit.unwrap_or(cfg.per_user_limit),
+                sku.id
+            ),
+        )),
         Outcome::SoldOut => {
             if flag.set(true, Instant::now(), app.sales.epoch) {
                 metrics::counter!("flashsale_sold_out_flips_total", "to" => "sold_out")
                     .increment(1);
             }
-            Err(ApiError::SoldOut)
+            Err(sold_out_answer(app, &sale, &sale_flag, position).await)
         }
         Outcome::Uninitialized => Err(ApiError::sale_unavailable()),
         Outcome::KeyReused { first_qty } => Err(ApiError::unprocessable(
@@ -270,6 +291,46 @@ async fn create_inner(
                 "this Idempotency-Key's reservation {reservation_id} is no longer held"
             ),
         }),
+    }
+}
+
+/// The 410 for a SKU with no unit left: `sold_out` when the whole sale is
+/// (a one-SKU sale always), else `sku_sold_out`. Whether every SKU is empty
+/// is asked of Redis by one request at a time (the sale flag's single
+/// flight) and remembered in the sale's flag for a second; the others, and
+/// any error of that check, answer `sku_sold_out`, which is true either way.
+async fn sold_out_answer(
+    app: &AppState,
+    sale: &Sale,
+    sale_flag: &crate::sales::sale::SoldOutFlag,
+    position: Option<i32>,
+) -> ApiError {
+    let Some(p) = position else {
+        return ApiError::SoldOut;
+    };
+    let whole = sale_flag.is_fresh(Instant::now(), app.sales.epoch)
+        || match sale_flag.begin_check() {
+            Some(_check) => {
+                let empty = matches!(
+                    app.engine.stock_state(sale, None).await,
+                    Ok(StockState::Empty)
+                );
+                sale_flag.set(empty, Instant::now(), app.sales.epoch);
+                empty
+            }
+            None => false,
+        };
+    if whole {
+        ApiError::SoldOut
+    } else {
+        let id = usize::try_from(p)
+            .ok()
+            .and_then(|p| sale.config.skus.get(p))
+            .map_or("", |s| s.id.as_str());
+        ApiError::Gone {
+            code: "sku_sold_out",
+            message: format!("{id} is sold out; the sale's other SKUs may not be"),
+        }
     }
 }
 
@@ -436,9 +497,7 @@ pub async fn cancel(
                 .acknowledge(&sale.shards[shard], &id, FactKind::Gone)
                 .await?;
             // Units are back: this process may sell again at once.
-            app.sales
-                .flag(&sale.config.id)
-                .set(false, Instant::now(), app.sales.epoch);
+            app.sales.units_back(&sale.config.id, Instant::now());
             Ok(Json(
                 json!({"reservation_id": id, "sale": sale.config.id, "qty": qty, "status": "cancelled"}),
             ))

@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::ops::state::AppState;
-use crate::reserve::engine::StockState;
 use crate::sales::sale::{Phase, Sale};
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
@@ -90,21 +89,21 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     let cfg = &sale.config;
     metrics::counter!("flashsale_summary_computations_total", "sale" => cfg.id.clone())
         .increment(1);
-    let mut conn = app.engine.conn.clone();
-    let mut available: i64 = 0;
-    for k in &sale.shards {
-        let stock: Option<i64> = redis::cmd("GET")
-            .arg(&k.stock)
-            .query_async(&mut conn)
-            .await?;
-        available += stock.unwrap_or(0).max(0);
-    }
+    // Per SKU: its units in Redis, and whether expired holds would give it
+    // units back; a SKU is sold out when it has neither.
+    let stock = app.engine.sku_stock(sale).await?;
+    let sku_available = &stock.available;
+    let sku_sold_out: Vec<bool> = (0..cfg.skus.len())
+        .map(|p| !stock.lost && sku_available[p] == 0 && !stock.expiring[p])
+        .collect();
+    let available: i64 = sku_available.iter().sum();
     let (sold, sold_stale) = sold_units(app, &cfg.id).await;
     let total = i64::from(cfg.units_total);
     let available = available.min(total);
     let sold = sold.min(total - available);
     let held = total - available - sold;
-    let sold_out = available == 0 && app.engine.stock_state(sale).await? == StockState::Empty;
+    // The sale is sold out only when every SKU is.
+    let sold_out = sku_sold_out.iter().all(|s| *s);
     let mut phase = cfg.phase_by_time(Utc::now());
     if phase == Phase::Live && sold_out {
         phase = Phase::SoldOut;
@@ -113,21 +112,19 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
     let signal = app.load.signal();
     // "Percent sold" as a shopper reads it: units no longer for sale.
     let percent_sold = ((total - available) as f64 * 1000.0 / total as f64).round() / 10.0;
-    // One pool of units per sale until per-SKU stock lands (docs/skus.md,
-    // "What is built"; `sale create` refuses several SKUs until then): the
-    // sale's one SKU has the sale's figures.
     let skus: Vec<Value> = cfg
         .skus
         .iter()
-        .map(|k| {
+        .enumerate()
+        .map(|(p, k)| {
             json!({
                 "id": k.id,
                 "name": k.name,
                 "price_cents": k.price_cents,
                 "units_total": k.units_total,
-                "units_available": available.min(i64::from(k.units_total)),
+                "units_available": sku_available[p].min(i64::from(k.units_total)),
                 "per_user_limit": k.per_user_limit,
-                "sold_out": sold_out,
+                "sold_out": sku_sold_out[p],
             })
         })
         .collect();
