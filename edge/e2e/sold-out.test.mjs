@@ -5,6 +5,11 @@
 // stalls, browse answers are served stale and people keep their place.
 // A replayed Idempotency-Key is not a new attempt: after the last unit it
 // still gets its first answer (the hold), as DESIGN's Idempotency says.
+// A SKU sold out in a sale of several is refused at the edge on its own,
+// and the sale goes on (issue 45).
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -127,6 +132,59 @@ test('when a unit comes back (cancelled hold) selling resumes', async () => {
   }, 500);
   assert.ok(ok, 'a reservation went through after the unit came back');
   assert.ok((await reservationRequests()) - before <= 2, 'rechecks used the summary, not reservations');
+});
+
+test('a sold-out SKU is refused at the edge; the sale and its other SKUs go on', async () => {
+  // Two SKUs (issue 45): `a` has one unit, `b` five. Once the origin says
+  // `a` is sold out, the edge answers `a` itself (x-edge-sold-out) for 3 s
+  // at a time, without the origin; `b` still sells and the sale is not
+  // sold out, so admission goes on.
+  const sale = `e2e-sku-${rid()}`;
+  const file = join(mkdtempSync(join(tmpdir(), 'skus-')), 'skus.json');
+  writeFileSync(file, JSON.stringify([
+    { id: 'a', name: 'Size A', units: 1, price_cents: 100 },
+    { id: 'b', name: 'Size B', units: 5, price_cents: 100 },
+  ]));
+  createSale({
+    sale, name: 'E2E SKU sale', skus: file, 'per-user-limit': 2, shards: 1,
+    'starts-at': 'now', 'admission-rate': 200, 'admission-factor': 2,
+  });
+  const two = [{ account: `sku-0-${rid()}` }, { account: `sku-1-${rid()}` }];
+  for (const p of two) {
+    const j = await call('POST', `${EDGE}/api/sales/${sale}/queue`, { token: userToken(p.account) });
+    assert.equal(j.status, 200, JSON.stringify(j.body));
+    const a = await until(20_000, async () => {
+      const r = await call('GET', `${EDGE}/api/sales/${sale}/queue`, { token: j.body.ticket });
+      return r.body.status === 'admitted' ? r.body : null;
+    }, 300);
+    assert.ok(a, `${p.account} admitted`);
+    p.admit = a.admission_token;
+  }
+  const reserve = (p, sku) => call('POST', `${EDGE}/api/sales/${sale}/reservations`, {
+    token: p.admit, body: { sku, qty: 1 }, headers: { 'idempotency-key': `k-${rid()}` },
+  });
+  assert.equal((await reserve(two[0], 'a')).status, 202);
+  const first = await reserve(two[1], 'a');
+  assert.equal(first.status, 410, JSON.stringify(first.body));
+  assert.equal(first.body.error.code, 'sku_sold_out');
+  assert.equal(first.headers.get('x-edge-sold-out'), null, 'the first answer is the origin\'s');
+  const before = await reservationRequests();
+  const started = Date.now();
+  const answers = await pool(Array.from({ length: 200 }, (_, i) => i), 16, async () => {
+    const r = await reserve(two[1], 'a');
+    return `${r.status} ${r.body.error?.code}`;
+  });
+  const elapsed = Date.now() - started;
+  assert.deepEqual([...new Set(answers)], ['410 sku_sold_out']);
+  // The flag lapses every 3 s: then one request asks the origin again.
+  const reached = (await reservationRequests()) - before;
+  assert.ok(reached <= Math.ceil(elapsed / 3000) + 1, `origin saw ${reached} in ${elapsed} ms`);
+  // The other SKU sells, and the sale is not sold out.
+  const b = await reserve(two[1], 'b');
+  assert.equal(b.status, 202, JSON.stringify(b.body));
+  assert.equal(b.body.sku, 'b');
+  const s = await call('GET', `${EDGE}/api/sales/${sale}`);
+  assert.equal(s.body.sold_out, false, JSON.stringify(s.body));
 });
 
 test('when the origin stalls, the summary is served stale and people keep their place', async () => {

@@ -82,6 +82,16 @@ impl ApiError {
         Self::new(410, "sold_out", "the sale is sold out")
     }
 
+    /// One SKU of a sale of several is sold out (the edge's own answer
+    /// after the origin said so: `http::sold_out`).
+    pub fn sku_sold_out(sku: &str) -> Self {
+        Self::new(
+            410,
+            "sku_sold_out",
+            format!("{sku} is sold out; the sale's other SKUs may not be"),
+        )
+    }
+
     pub fn origin_unavailable() -> Self {
         Self::new(
             503,
@@ -113,6 +123,14 @@ pub fn gone_means_sold_out(body: &[u8]) -> bool {
         .is_some_and(|v| v["error"]["code"].as_str() == Some("sold_out"))
 }
 
+/// Whether an origin `410`'s body is `sku_sold_out`: that SKU only, the
+/// sale goes on (never the sale's flag).
+pub fn gone_means_sku_sold_out(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v["error"]["code"].as_str() == Some("sku_sold_out"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,9 +139,19 @@ mod tests {
     fn only_a_sold_out_410_means_sold_out() {
         let body = |code: &str| json!({"error": {"code": code, "message": "m"}}).to_string();
         assert!(gone_means_sold_out(body("sold_out").as_bytes()));
-        for code in ["sale_ended", "reservation_released", "SOLD_OUT", ""] {
+        for code in [
+            "sale_ended",
+            "reservation_released",
+            "SOLD_OUT",
+            "",
+            "sku_sold_out",
+        ] {
             assert!(!gone_means_sold_out(body(code).as_bytes()), "{code}");
         }
+        // A SKU's sell-out is that SKU's only.
+        assert!(gone_means_sku_sold_out(body("sku_sold_out").as_bytes()));
+        assert!(!gone_means_sku_sold_out(body("sold_out").as_bytes()));
+        assert!(!gone_means_sku_sold_out(b"sku_sold_out"));
         for junk in [
             &b""[..],
             b"sold_out",

@@ -13,7 +13,8 @@
 //!
 //! Reservation calls are forwarded to the origin, whose document
 //! (docs/openapi/origin.json) details their answers; the edge adds `410
-//! sold_out` of its own (marked `x-edge-sold-out: 1`), 413 and 503.
+//! sold_out` and `410 sku_sold_out` of its own (marked `x-edge-sold-out:
+//! 1`), 413 and 503.
 
 #![allow(dead_code)] // schema types and stand-ins are read by the derive only
 
@@ -408,7 +409,7 @@ fn metrics() {}
     security(("bearer" = [])),
     responses(
         (status = 202, description = "Held (the origin's answer)", body = Forwarded),
-        (status = 410, description = "`sold_out` from the edge itself (`x-edge-sold-out: 1`) or the origin's 410", body = ErrorBody),
+        (status = 410, description = "`sold_out` (the sale) or `sku_sold_out` (the SKU named; the sale's others may be left) from the edge itself (`x-edge-sold-out: 1`), or the origin's 410", body = ErrorBody),
         (status = 413, description = "`body_too_large` (over 16 KiB)", body = ErrorBody),
         (status = 429, description = "the edge's per-account limiter, or the origin's `overloaded`", body = ErrorBody),
         (status = 503, description = "`origin_unavailable`", body = ErrorBody),

@@ -65,6 +65,28 @@ pub fn cancelled(body: &[u8]) -> Option<Cancelled> {
     )
 }
 
+/// The SKU a reservation request names (`{"sku": "<id>", …}`), if it names
+/// one that could be a SKU id (a slug like a sale id: `[a-z0-9][a-z0-9_-]`,
+/// at most 64 bytes). What the origin does with the body is the origin's
+/// business; the edge reads only this, to answer a SKU it knows is sold out
+/// (`http::sold_out`), and passes the body on untouched.
+pub fn named_sku(body: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Ask {
+        #[serde(default)]
+        sku: Option<serde_json::Value>,
+    }
+    let id = serde_json::from_slice::<Ask>(body).ok()?.sku?;
+    let id = id.as_str()?;
+    let first = id.bytes().next()?;
+    (id.len() <= 64
+        && (first.is_ascii_lowercase() || first.is_ascii_digit())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'))
+    .then(|| id.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +140,26 @@ mod tests {
         ] {
             assert_eq!(cancelled(other), None);
         }
+    }
+
+    #[test]
+    fn a_request_names_its_sku_only_when_it_is_a_sku_id() {
+        assert_eq!(
+            named_sku(br#"{"sku":"size-42","qty":1}"#),
+            Some("size-42".into())
+        );
+        for body in [
+            &br#"{"qty":1}"#[..],
+            br#"{"sku":7,"qty":1}"#,
+            br#"{"sku":"Size-42"}"#,
+            br#"{"sku":""}"#,
+            br#"{"sku":"a/b"}"#,
+            br#"not json"#,
+            b"",
+        ] {
+            assert_eq!(named_sku(body), None, "{}", String::from_utf8_lossy(body));
+        }
+        let long = format!(r#"{{"sku":"{}"}}"#, "a".repeat(65));
+        assert_eq!(named_sku(long.as_bytes()), None);
     }
 }

@@ -7,7 +7,9 @@
 //!   while the edge does not know the sale is sold out — except the replay
 //!   of a key this edge passed a `202` for (`http::sold_out`);
 //! - an origin `410 sold_out` flags the sale and tells the queue, so every
-//!   waiting person hears it at once; a `202` tells the person's shard the
+//!   waiting person hears it at once; a `410 sku_sold_out` flags that SKU
+//!   only (its next reservations are answered here for 3 s, the others go
+//!   on); a `202` tells the person's shard the
 //!   turn is used until the hold's `expires_at` (a hold that may still
 //!   exist never loses its turn), and a cancel answered `2xx` tells it
 //!   that hold ended (`api::reservation` reads both answers);
@@ -26,7 +28,10 @@ use crate::guard::limit::Limiter;
 use crate::http::keys::{bearer_of, ring};
 use crate::http::origin::{origin_url, send_with_timeout};
 use crate::http::respond::{body_limited, error_response, internal, now_ms};
-use crate::http::sold_out::{held_key_known, remember_held_key, set_sold_out, sold_out_known};
+use crate::http::sold_out::{
+    held_key_known, remember_held_key, set_sku_sold_out, set_sold_out, sku_sold_out_known,
+    sold_out_known,
+};
 use crate::worker::calls::{tell_held, tell_released, tell_sold_out};
 use crate::worker::sale::parse_time;
 
@@ -45,6 +50,23 @@ pub(crate) async fn forward(
     mut req: Request,
     method: Method,
     path: &str,
+) -> ApiResult<Response> {
+    let body = if method == Method::Post {
+        Some(body_limited(&mut req, crate::api::bodies::MAX_FORWARDED_BODY_LEN).await?)
+    } else {
+        None
+    };
+    forward_bytes(env, &req, method, path, body).await
+}
+
+/// [`forward`] of a request whose body was read already (`body`: sent as
+/// the POST body).
+async fn forward_bytes(
+    env: &Env,
+    req: &Request,
+    method: Method,
+    path: &str,
+    body: Option<Vec<u8>>,
 ) -> ApiResult<Response> {
     let started = now_ms();
     let header = |name: &str| req.headers().get(name).ok().flatten();
@@ -74,8 +96,7 @@ pub(crate) async fn forward(
     headers.set("x-request-id", &rid).map_err(internal)?;
     let mut init = RequestInit::new();
     init.with_method(method.clone()).with_headers(headers);
-    if method == Method::Post {
-        let body = body_limited(&mut req, crate::api::bodies::MAX_FORWARDED_BODY_LEN).await?;
+    if let Some(body) = body {
         let arr = js_sys::Uint8Array::from(body.as_slice());
         init.with_body(Some(arr.into()));
     }
@@ -109,7 +130,7 @@ pub(crate) async fn forward(
 }
 
 /// `POST /api/sales/{sale}/reservations`: checked here, then forwarded.
-pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Response> {
+pub(crate) async fn reserve(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
     let token = bearer_of(&req)?;
     let admits = ring(env, "ADMISSION_TOKEN_KEYS")?;
     let claims = admits
@@ -135,6 +156,23 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
             return Ok(r);
         }
     }
+    // The SKU the body names (read once, forwarded as read): one the edge
+    // knows is sold out is answered here, except a held key's replay.
+    let body = body_limited(&mut req, crate::api::bodies::MAX_FORWARDED_BODY_LEN).await?;
+    let sku = reservation::named_sku(&body);
+    if let Some(id) = &sku
+        && sku_sold_out_known(sale, id).await
+    {
+        let replay = match &held {
+            Some(name) => held_key_known(name).await,
+            None => false,
+        };
+        if !replay {
+            let mut r = error_response(&ApiError::sku_sold_out(id)).map_err(internal)?;
+            let _ = r.headers_mut().set("x-edge-sold-out", "1");
+            return Ok(r);
+        }
+    }
     let key = format!("{sale}/{}", claims.sub);
     if let Err(wait_ms) = RESERVE_LIMIT.with(|l| l.borrow_mut().check(&key, now_ms())) {
         let secs = u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(u32::MAX);
@@ -145,11 +183,12 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
         )
         .retry_after(secs));
     }
-    let mut resp = forward(
+    let mut resp = forward_bytes(
         env,
-        req,
+        &req,
         Method::Post,
         &format!("/api/sales/{sale}/reservations"),
+        Some(body),
     )
     .await?;
     if resp.status_code() == 202 {
@@ -163,20 +202,21 @@ pub(crate) async fn reserve(env: &Env, req: Request, sale: &str) -> ApiResult<Re
             remember_held_key(name).await;
         }
     }
-    if resp.status_code() == 410 && gone_says_sold_out(&mut resp).await {
-        set_sold_out(sale).await;
-        // Tell the queue so every waiting person hears it at once.
-        tell_sold_out(env, sale).await;
+    if resp.status_code() == 410 {
+        // Read from a copy of the answer, which is passed on untouched.
+        let gone = answer_copy(&mut resp).await.unwrap_or_default();
+        if crate::api::error::gone_means_sold_out(&gone) {
+            set_sold_out(sale).await;
+            // Tell the queue so every waiting person hears it at once.
+            tell_sold_out(env, sale).await;
+        } else if let Some(id) = &sku
+            && crate::api::error::gone_means_sku_sold_out(&gone)
+        {
+            // That SKU only: the queue and admission go on.
+            set_sku_sold_out(sale, id).await;
+        }
     }
     Ok(resp)
-}
-
-/// Whether the origin's 410 is `sold_out` (read from a copy of the answer,
-/// which is passed on untouched). See [`crate::api::error::gone_means_sold_out`].
-async fn gone_says_sold_out(resp: &mut Response) -> bool {
-    answer_copy(resp)
-        .await
-        .is_some_and(|b| crate::api::error::gone_means_sold_out(&b))
 }
 
 /// The body of a copy of an answer (the answer itself is passed on
