@@ -654,11 +654,10 @@ impl Engine {
     /// its keys (Redis lost data; a missing stock key is not an empty one,
     /// issue 43 #7: it read as sold out, 410, until the rebuild).
     ///
-    /// `sku`: the SKU at that position only (its shards, its stock keys);
-    /// `None`: any SKU of the sale (the sale is sold out only when every
-    /// SKU is). One `MGET` per shard reads every stock key asked for there
-    /// (one slot), so a sale of 1,000 SKUs costs a call per shard, not per
-    /// SKU. Expired holds count for every SKU (the index is per shard): a
+    /// `sku`: the SKU at that position only; `None`: any SKU of the sale
+    /// (the sale is sold out only when every SKU is). Read by
+    /// [`Engine::sku_stock`]: a call or two per shard, not per SKU. Expired
+    /// holds count for every SKU of their shard (the index is per shard): a
     /// SKU may read as selling until a reservation reclaims them, never the
     /// other way round.
     pub async fn stock_state(
@@ -666,49 +665,18 @@ impl Engine {
         sale: &Sale,
         sku: Option<i32>,
     ) -> Result<StockState, RedisError> {
-        let mut conn = self.conn.clone();
-        // Redis's clock, as the scripts that expire holds use it.
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
-        let now = secs * 1000 + micros / 1000;
-        let positions: Vec<i32> = match sku {
-            Some(p) => vec![p],
-            None => (0..sale.placements.len() as i32).collect(),
+        let stock = self.sku_stock(sale).await?;
+        let selling = |p: usize| {
+            stock.available.get(p).is_some_and(|a| *a > 0)
+                || stock.expiring.get(p).copied().unwrap_or(false)
         };
-        let mut lost = false;
-        for (i, k) in sale.shards.iter().enumerate() {
-            let here: Vec<i32> = positions
-                .iter()
-                .copied()
-                .filter(|p| sale.placement(*p).holds(i))
-                .collect();
-            if here.is_empty() {
-                continue;
-            }
-            // The shard's own key first: gone means the shard is lost.
-            let mut mget = redis::cmd("MGET");
-            mget.arg(&k.stock);
-            for p in &here {
-                mget.arg(k.stock_of(*p));
-            }
-            let stocks: Vec<Option<i64>> = mget.query_async(&mut conn).await?;
-            if stocks.iter().any(Option::is_none) {
-                lost = true;
-                continue;
-            }
-            if stocks[1..].iter().any(|s| s.unwrap_or(0) > 0) {
-                return Ok(StockState::Selling);
-            }
-            let expired: i64 = redis::cmd("ZCOUNT")
-                .arg(&k.exp)
-                .arg("-inf")
-                .arg(now)
-                .query_async(&mut conn)
-                .await?;
-            if expired > 0 {
-                return Ok(StockState::Selling);
-            }
-        }
-        Ok(if lost {
+        let any = match sku {
+            Some(p) => usize::try_from(p).is_ok_and(selling),
+            None => (0..stock.available.len()).any(selling),
+        };
+        Ok(if any {
+            StockState::Selling
+        } else if stock.lost {
             StockState::Lost
         } else {
             StockState::Empty

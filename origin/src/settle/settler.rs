@@ -1227,16 +1227,7 @@ async fn take_units(
         .into_iter()
         .filter(|(p, _)| fitted.contains(p))
         .collect();
-    let (positions, qtys): (Vec<i32>, Vec<i32>) = undo.into_iter().unzip();
-    sqlx::query(
-        "UPDATE skus k SET held = k.held - w.n FROM unnest($2::int[], $3::int[]) AS w(pos, n)
-          WHERE k.sale_id = $1 AND k.position = w.pos",
-    )
-    .bind(sale)
-    .bind(&positions)
-    .bind(&qtys)
-    .execute(&mut **tx)
-    .await?;
+    sku_held_less(tx, sale, &undo).await?;
     sqlx::query("UPDATE inventory SET held = held - $2 WHERE sale_id = $1")
         .bind(sale)
         .bind(n)
@@ -1270,7 +1261,16 @@ pub(crate) async fn give_back_units(
         .bind(n)
         .execute(&mut *tx)
         .await?;
-    let (positions, qtys): (Vec<i32>, Vec<i32>) = by_sku(released).into_iter().unzip();
+    sku_held_less(tx, sale, &by_sku(released)).await
+}
+
+/// Each SKU's `held` less its `(sku position, qty)` pairs (one per SKU).
+async fn sku_held_less(
+    tx: &mut sqlx::PgConnection,
+    sale: &str,
+    per_sku: &[(i32, i32)],
+) -> Result<(), sqlx::Error> {
+    let (positions, qtys): (Vec<i32>, Vec<i32>) = per_sku.iter().copied().unzip();
     sqlx::query(
         "UPDATE skus k SET held = k.held - w.n FROM unnest($2::int[], $3::int[]) AS w(pos, n)
           WHERE k.sale_id = $1 AND k.position = w.pos",
