@@ -1,196 +1,168 @@
 // The queue page: one script for every sale (the sale id is in the path).
-//
 // Invariants:
-// - the place is kept in a background tab: polls run on a Web Worker timer
-//   (timer.js; a hidden tab's own timers are throttled) at the edge's
-//   poll_after_ms plus jitter, with a catch-up poll when the tab is shown;
-//   errors back off exponentially;
-// - the user token from the shop (`#token=…`) lives in sessionStorage only
-//   and leaves the address bar before any request is made;
-// - one Idempotency-Key per reservation attempt: a retry of the same attempt
-//   reuses it, a new attempt after expired / cancelled / rejected gets a new one;
-// - the live region speaks when the state changes, never on a mere poll;
-// - a sale with a proof-of-work bot check (summary.bot_check = pow:<bits>):
-//   a join first fetches a challenge and solves it in a Web Worker
-//   (pow.js, WebCrypto) with a progress bar; a refused solution that can
-//   be retried (expired, reused, failed) is retried with a fresh challenge;
-// - every text comes from the message catalogue MSG (en, vi).
+// - polls keep the place in a background tab: a Web Worker timer (timer.js;
+//   a hidden tab's own timers are throttled) at poll_after_ms plus jitter,
+//   a catch-up poll when shown, exponential back-off on errors;
+// - the shop's user token (`#token=…`) lives in sessionStorage only and
+//   leaves the address bar before any request;
+// - one Idempotency-Key per reservation attempt and one body ({sku, qty})
+//   per key: a retry reuses both; a new choice or attempt, a new key;
+// - the live region speaks on changes of state, never on a mere poll;
+// - a pow:<bits> bot check is solved in a Web Worker (pow.js) before the
+//   join; a refused solution is retried with a fresh challenge;
+// - every text comes from the catalogue MSG (en, vi).
 'use strict';
 (() => {
   const $ = (id) => document.getElementById(id);
 
-  // Sign-in from the shop: the fragment is read, stored for this tab and
-  // removed from the address bar (and history) first of all.
+  // Sign-in from the shop (#token=), first of all.
   const USER_KEY = 'flashsale:user';
   const fragToken = new URLSearchParams(location.hash.slice(1)).get('token');
   if (location.hash) history.replaceState(null, '', location.pathname + location.search);
   if (fragToken) sessionStorage.setItem(USER_KEY, fragToken.trim());
 
+  // Every text: [English, Vietnamese].
   const MSG = {
-    en: {
-      eyebrow: 'Flash sale', language: 'Language', loading: 'Loading…', sold: 'Sold',
-      sold_pct: '{pct} sold', price: 'Price {price}',
-      phase_upcoming: 'Starts soon', phase_live: 'On sale now', phase_sold_out: 'Sold out',
-      phase_ended: 'Ended', phase_paused: 'Paused',
-      starts: 'Starts at {time} (in {dur})', started: 'Started at {time}',
-      no_sale: 'No such sale', no_sale_text: 'There is no sale at this address. Please check the link from the shop.',
-      signin_h: 'Sign in to join',
-      signin_shop: "Open this page from the shop's sale page while signed in there: the shop signs you in here.",
-      token_label: 'Your account token (local dev mode only)', token_btn: 'Use this token',
-      dev_label: 'Name (local dev mode only)', dev_btn: 'Sign in as this name',
-      dev_refused: 'Dev mode is off: {why}', signin_refused: 'Sign-in refused: {why}',
-      join_h: 'Join the queue', join_btn: 'Join the queue', who: 'Signed in as {who}.',
-      pow_label: 'Bot check',
-      pow_t: 'Your browser is doing a short check that makes joining with many accounts expensive for bots. It needs nothing from you and you join as soon as it is done.',
-      pow_retry: 'The check has to be done again ({why}) — starting over.',
-      ts_t: 'Please complete the check below; you join as soon as it passes.',
-      bot_check_required: 'this sale asks for a bot check', bot_check_failed: 'the check did not pass',
-      challenge_expired: 'it took too long', challenge_reused: 'it was already used',
-      challenge_invalid: 'the check was not recognised', bad_nonce: 'the answer was malformed',
-      bot_check_unavailable: 'The bot check cannot be verified just now — trying again in a moment.',
-      join_refused: 'You could not join: {why}.',
-      too_many_joins: 'Too many people joined from your network just now — trying again in {dur}.',
-      line_label: 'Progress through the line',
-      notify_why: 'Want to switch tabs while you wait? This page keeps your place in the background and can notify you when it is your turn.',
-      notify_btn: 'Notify me when it is my turn',
-      qty: 'Quantity', reserve: 'Reserve', pay: 'Pay', cancel: 'Cancel reservation',
-      prequeue_h: 'You are in the pre-queue',
-      prequeue_t: 'Your place in line is drawn at {time}. Everyone who joins before then has the same chance: arriving early gives no advantage.',
-      drawing_h: 'Drawing the order',
-      drawing_t: 'The order of the pre-queue is being drawn right now. Your place appears in a moment.',
-      placing_h: 'You are in line',
-      placing_t: 'Your place in line is being confirmed (a second or two).',
-      waiting_h: 'Your place in line: {place}',
-      waiting_t: 'People ahead of you: {ahead}. Estimated wait: {range}.',
-      unknown: 'unknown',
-      admitted_h: "It's your turn", admitted_t: 'Your place in line: {place}. You may reserve now.',
-      turn_left: 'Your turn ends in {dur} (at {time}).', turn_over: 'Your turn has ended.',
-      paused_h: 'The sale is paused',
-      paused_t: 'The sale is paused for a moment. You keep your place; this page carries on by itself when it resumes.',
-      sold_out_h: 'Sold out',
-      sold_out_t: 'Every unit is taken right now. If reserved units are released, the line moves again — keep this page open.',
-      closed_h: 'Closed', closed_t: 'This sale is over, or your turn to reserve has passed.',
-      abandoned_h: 'Your turn has passed',
-      abandoned_t: 'This page stopped checking in for 30 seconds while you held nothing, so your turn went to the next person. You may join again, at the back of the line.',
-      held_h: 'Reserved — complete your payment', held_t: '{qty} unit(s) are held for you.',
-      hold_left: 'Held for {dur} more (until {time}).', hold_over: 'The hold has expired.',
-      paying_h: 'Payment in progress', paying_t: 'Waiting for the payment provider to confirm…',
-      paid_h: 'Paid — your order is confirmed', paid_t: 'You bought {qty}. Thank you!',
-      res_expired: 'Your hold expired and the units went back on sale.',
-      res_cancelled: 'Your reservation was cancelled and the units went back on sale.',
-      res_rejected: 'The shop could not confirm your reservation.',
-      again: 'While your turn lasts you can reserve again.',
-      live_prequeue: 'You are in the pre-queue.', live_drawing: 'The order is being drawn.',
-      live_waiting: 'You are in line.', live_admitted: "It's your turn: you may reserve now.",
-      live_paused: 'The sale is paused; you keep your place.', live_sold_out: 'Sold out.',
-      live_closed: 'Closed.', live_abandoned: 'Your turn has passed; you may join again.', live_held: 'Reserved: complete your payment.',
-      live_paying: 'Payment in progress.', live_paid: 'Paid: your order is confirmed.',
-      live_no_sale: 'No such sale.',
-      title_turn: "It's your turn — {name}", title: '{name} — flash sale',
-      notif_title: "It's your turn", notif_body: 'You may reserve {name} now.',
-      trouble: 'Connection trouble — retrying in {dur}. You keep your place.',
-      busy: 'The shop is busy — trying again…', network: 'Network error — please try again.',
-      dev_pay: 'Completing payment with the local dev payment provider…',
-      error_n: 'Error {status}',
-      draw_h: 'How the fair draw works',
-      draw_p1: 'Everyone who joins before the start is in the pre-queue. At the start their order is drawn at random, so arriving early gives no advantage. After the start, people are added in order of arrival.',
-      draw_commit: 'Commitment (SHA-256 of the secret seed, published before anyone joined):',
-      draw_seed: 'Seed (published after the draw):', not_drawn: 'not yet drawn',
-      draw_value: 'At the start the entrant list is sealed and mixed with a public random number nobody knew before: “Check my draw” verifies your place.',
-      draw_list: 'Full list of draw values', check: 'Check my draw',
-      check_wait: 'Checking…',
-      dur_s: '{s} s', dur_ms: '{m} min {s} s', dur_hm: '{h} h {m} min',
-    },
-    vi: {
-      eyebrow: 'Flash sale', language: 'Ngôn ngữ', loading: 'Đang tải…', sold: 'Đã bán',
-      sold_pct: 'Đã bán {pct}', price: 'Giá {price}',
-      phase_upcoming: 'Sắp mở bán', phase_live: 'Đang mở bán', phase_sold_out: 'Hết hàng',
-      phase_ended: 'Đã kết thúc', phase_paused: 'Tạm dừng',
-      starts: 'Bắt đầu lúc {time} (còn {dur})', started: 'Đã bắt đầu lúc {time}',
-      no_sale: 'Không có đợt bán này', no_sale_text: 'Không có đợt bán nào ở địa chỉ này. Vui lòng kiểm tra lại liên kết từ cửa hàng.',
-      signin_h: 'Đăng nhập để xếp hàng',
-      signin_shop: 'Hãy mở trang này từ trang khuyến mãi của cửa hàng khi đã đăng nhập ở đó: cửa hàng sẽ đăng nhập cho bạn tại đây.',
-      token_label: 'Mã tài khoản của bạn (chỉ ở chế độ phát triển)', token_btn: 'Dùng mã này',
-      dev_label: 'Tên (chỉ ở chế độ phát triển)', dev_btn: 'Đăng nhập bằng tên này',
-      dev_refused: 'Chế độ phát triển đang tắt: {why}', signin_refused: 'Đăng nhập bị từ chối: {why}',
-      join_h: 'Vào hàng chờ', join_btn: 'Vào hàng chờ', who: 'Đã đăng nhập: {who}.',
-      pow_label: 'Kiểm tra chống bot',
-      pow_t: 'Trình duyệt của bạn đang thực hiện một bước kiểm tra ngắn khiến việc dùng nhiều tài khoản để xếp hàng trở nên tốn kém đối với bot. Bạn không cần làm gì, và sẽ vào hàng chờ ngay khi kiểm tra xong.',
-      pow_retry: 'Cần kiểm tra lại ({why}) — đang bắt đầu lại.',
-      ts_t: 'Vui lòng hoàn tất bước kiểm tra bên dưới; bạn sẽ vào hàng chờ ngay khi kiểm tra đạt.',
-      bot_check_required: 'đợt bán này yêu cầu kiểm tra chống bot', bot_check_failed: 'kiểm tra không đạt',
-      challenge_expired: 'mất quá nhiều thời gian', challenge_reused: 'mã kiểm tra đã được dùng',
-      challenge_invalid: 'mã kiểm tra không hợp lệ', bad_nonce: 'câu trả lời không đúng định dạng',
-      bot_check_unavailable: 'Hiện chưa xác minh được bước kiểm tra chống bot — sẽ thử lại trong giây lát.',
-      join_refused: 'Bạn chưa vào được hàng chờ: {why}.',
-      too_many_joins: 'Có quá nhiều người từ mạng của bạn vừa vào hàng chờ — sẽ thử lại sau {dur}.',
-      line_label: 'Tiến độ trong hàng chờ',
-      notify_why: 'Muốn chuyển sang thẻ khác trong lúc chờ? Trang này vẫn giữ chỗ cho bạn khi chạy nền và có thể thông báo khi đến lượt bạn.',
-      notify_btn: 'Thông báo cho tôi khi đến lượt',
-      qty: 'Số lượng', reserve: 'Đặt giữ hàng', pay: 'Thanh toán', cancel: 'Hủy đặt giữ',
-      prequeue_h: 'Bạn đang ở hàng chờ trước giờ mở bán',
-      prequeue_t: 'Thứ tự của bạn sẽ được bốc thăm lúc {time}. Ai vào trước giờ đó đều có cơ hội như nhau: đến sớm không được ưu tiên.',
-      drawing_h: 'Đang bốc thăm thứ tự',
-      drawing_t: 'Thứ tự hàng chờ đang được bốc thăm. Vị trí của bạn sẽ hiện ra trong giây lát.',
-      placing_h: 'Bạn đã vào hàng chờ',
-      placing_t: 'Vị trí của bạn đang được xác nhận (một hai giây).',
-      waiting_h: 'Vị trí của bạn: {place}',
-      waiting_t: 'Số người phía trước: {ahead}. Thời gian chờ ước tính: {range}.',
-      unknown: 'chưa rõ',
-      admitted_h: 'Đã đến lượt bạn', admitted_t: 'Vị trí của bạn: {place}. Bạn có thể đặt giữ hàng ngay.',
-      turn_left: 'Lượt của bạn kết thúc sau {dur} (lúc {time}).', turn_over: 'Lượt của bạn đã kết thúc.',
-      paused_h: 'Đợt bán đang tạm dừng',
-      paused_t: 'Đợt bán tạm dừng trong giây lát. Bạn vẫn giữ nguyên vị trí; trang sẽ tự tiếp tục khi mở bán lại.',
-      sold_out_h: 'Hết hàng',
-      sold_out_t: 'Hiện mọi sản phẩm đã được giữ. Nếu có hàng được trả lại, hàng chờ sẽ tiếp tục — hãy để trang này mở.',
-      closed_h: 'Đã đóng', closed_t: 'Đợt bán đã kết thúc, hoặc lượt đặt giữ của bạn đã qua.',
-      abandoned_h: 'Lượt của bạn đã qua',
-      abandoned_t: 'Trang này đã ngừng cập nhật trong 30 giây khi bạn chưa giữ hàng nào, nên lượt của bạn đã chuyển cho người kế tiếp. Bạn có thể vào hàng chờ lại, ở cuối hàng.',
-      held_h: 'Đã giữ hàng — hãy hoàn tất thanh toán', held_t: 'Đang giữ {qty} sản phẩm cho bạn.',
-      hold_left: 'Còn giữ trong {dur} (đến {time}).', hold_over: 'Thời gian giữ hàng đã hết.',
-      paying_h: 'Đang thanh toán', paying_t: 'Đang chờ nhà cung cấp thanh toán xác nhận…',
-      paid_h: 'Đã thanh toán — đơn hàng đã được xác nhận', paid_t: 'Bạn đã mua {qty} sản phẩm. Cảm ơn bạn!',
-      res_expired: 'Thời gian giữ hàng đã hết và sản phẩm được mở bán lại.',
-      res_cancelled: 'Đã hủy đặt giữ và sản phẩm được mở bán lại.',
-      res_rejected: 'Cửa hàng không thể xác nhận đặt giữ của bạn.',
-      again: 'Trong lượt của bạn, bạn có thể đặt giữ lại.',
-      live_prequeue: 'Bạn đang ở hàng chờ trước giờ mở bán.', live_drawing: 'Đang bốc thăm thứ tự.',
-      live_waiting: 'Bạn đang trong hàng chờ.', live_admitted: 'Đã đến lượt bạn: bạn có thể đặt giữ hàng ngay.',
-      live_paused: 'Đợt bán đang tạm dừng; bạn vẫn giữ vị trí.', live_sold_out: 'Hết hàng.',
-      live_closed: 'Đã đóng.', live_abandoned: 'Lượt của bạn đã qua; bạn có thể vào hàng chờ lại.', live_held: 'Đã giữ hàng: hãy hoàn tất thanh toán.',
-      live_paying: 'Đang thanh toán.', live_paid: 'Đã thanh toán: đơn hàng đã được xác nhận.',
-      live_no_sale: 'Không có đợt bán này.',
-      title_turn: 'Đến lượt bạn — {name}', title: '{name} — flash sale',
-      notif_title: 'Đã đến lượt bạn', notif_body: 'Bạn có thể đặt giữ {name} ngay.',
-      trouble: 'Lỗi kết nối — thử lại sau {dur}. Bạn vẫn giữ vị trí.',
-      busy: 'Cửa hàng đang bận — đang thử lại…', network: 'Lỗi mạng — vui lòng thử lại.',
-      dev_pay: 'Đang thanh toán qua nhà cung cấp thử nghiệm…',
-      error_n: 'Lỗi {status}',
-      draw_h: 'Cách bốc thăm công bằng',
-      draw_p1: 'Ai vào trước giờ mở bán đều ở hàng chờ trước. Lúc mở bán, thứ tự của họ được bốc thăm ngẫu nhiên, nên đến sớm không được ưu tiên. Sau giờ mở bán, người đến sau xếp theo thứ tự đến.',
-      draw_commit: 'Cam kết (SHA-256 của hạt giống bí mật, công bố trước khi có người tham gia):',
-      draw_seed: 'Hạt giống (công bố sau khi bốc thăm):', not_drawn: 'chưa bốc thăm',
-      draw_value: 'Lúc mở bán, danh sách được niêm phong rồi trộn với một số ngẫu nhiên công khai chưa ai biết: “Kiểm tra lượt bốc thăm của tôi” xác minh vị trí của bạn.',
-      draw_list: 'Danh sách đầy đủ các giá trị', check: 'Kiểm tra lượt bốc thăm của tôi',
-      check_wait: 'Đang kiểm tra…',
-      dur_s: '{s} giây', dur_ms: '{m} phút {s} giây', dur_hm: '{h} giờ {m} phút',
-    },
+    eyebrow: ['Flash sale'],
+    language: ['Language', 'Ngôn ngữ'],
+    loading: ['Loading…', 'Đang tải…'],
+    sold: ['Sold', 'Đã bán'],
+    sold_pct: ['{pct} sold', 'Đã bán {pct}'],
+    price: ['Price {price}', 'Giá {price}'],
+    from: ['From {price}', 'Từ {price}'],
+    skus_h: ['Items', 'Sản phẩm'],
+    item: ['Item', 'Sản phẩm'],
+    price_h: ['Price', 'Giá'],
+    left_h: ['Availability', 'Tình trạng'],
+    band_in: ['In stock', 'Còn hàng'],
+    band_few: ['Few left', 'Sắp hết'],
+    band_out: ['Sold out', 'Hết hàng'],
+    sku_pick: ['Choose an item', 'Chọn sản phẩm'],
+    sku_out: ['(sold out)', '(hết hàng)'],
+    sku_sold_out: ['This item is sold out — please pick another.', 'Sản phẩm này đã hết hàng — vui lòng chọn sản phẩm khác.'],
+    sku_per_user_limit: ['You have reached the limit for this item.', 'Bạn đã mua đến giới hạn của sản phẩm này.'],
+    phase_upcoming: ['Starts soon', 'Sắp mở bán'],
+    phase_live: ['On sale now', 'Đang mở bán'],
+    phase_sold_out: ['Sold out', 'Hết hàng'],
+    phase_ended: ['Ended', 'Đã kết thúc'],
+    phase_paused: ['Paused', 'Tạm dừng'],
+    starts: ['Starts at {time} (in {dur})', 'Bắt đầu lúc {time} (còn {dur})'],
+    started: ['Started at {time}', 'Đã bắt đầu lúc {time}'],
+    no_sale: ['No such sale', 'Không có đợt bán này'],
+    no_sale_text: ['There is no sale at this address. Please check the link from the shop.', 'Không có đợt bán nào ở địa chỉ này. Vui lòng kiểm tra lại liên kết từ cửa hàng.'],
+    signin_h: ['Sign in to join', 'Đăng nhập để xếp hàng'],
+    signin_shop: ["Open this page from the shop's sale page while signed in there: the shop signs you in here.", 'Hãy mở trang này từ trang khuyến mãi của cửa hàng khi đã đăng nhập ở đó: cửa hàng sẽ đăng nhập cho bạn tại đây.'],
+    token_label: ['Your account token (local dev mode only)', 'Mã tài khoản của bạn (chỉ ở chế độ phát triển)'],
+    token_btn: ['Use this token', 'Dùng mã này'],
+    dev_label: ['Name (local dev mode only)', 'Tên (chỉ ở chế độ phát triển)'],
+    dev_btn: ['Sign in as this name', 'Đăng nhập bằng tên này'],
+    dev_refused: ['Dev mode is off: {why}', 'Chế độ phát triển đang tắt: {why}'],
+    signin_refused: ['Sign-in refused: {why}', 'Đăng nhập bị từ chối: {why}'],
+    join_h: ['Join the queue', 'Vào hàng chờ'],
+    join_btn: ['Join the queue', 'Vào hàng chờ'],
+    who: ['Signed in as {who}.', 'Đã đăng nhập: {who}.'],
+    pow_label: ['Bot check', 'Kiểm tra chống bot'],
+    pow_t: ['Your browser is doing a short check that makes joining with many accounts expensive for bots. It needs nothing from you and you join as soon as it is done.', 'Trình duyệt của bạn đang thực hiện một bước kiểm tra ngắn khiến việc dùng nhiều tài khoản để xếp hàng trở nên tốn kém đối với bot. Bạn không cần làm gì, và sẽ vào hàng chờ ngay khi kiểm tra xong.'],
+    pow_retry: ['The check has to be done again ({why}) — starting over.', 'Cần kiểm tra lại ({why}) — đang bắt đầu lại.'],
+    ts_t: ['Please complete the check below; you join as soon as it passes.', 'Vui lòng hoàn tất bước kiểm tra bên dưới; bạn sẽ vào hàng chờ ngay khi kiểm tra đạt.'],
+    bot_check_required: ['this sale asks for a bot check', 'đợt bán này yêu cầu kiểm tra chống bot'],
+    bot_check_failed: ['the check did not pass', 'kiểm tra không đạt'],
+    challenge_expired: ['it took too long', 'mất quá nhiều thời gian'],
+    challenge_reused: ['it was already used', 'mã kiểm tra đã được dùng'],
+    challenge_invalid: ['the check was not recognised', 'mã kiểm tra không hợp lệ'],
+    bad_nonce: ['the answer was malformed', 'câu trả lời không đúng định dạng'],
+    bot_check_unavailable: ['The bot check cannot be verified just now — trying again in a moment.', 'Hiện chưa xác minh được bước kiểm tra chống bot — sẽ thử lại trong giây lát.'],
+    join_refused: ['You could not join: {why}.', 'Bạn chưa vào được hàng chờ: {why}.'],
+    too_many_joins: ['Too many people joined from your network just now — trying again in {dur}.', 'Có quá nhiều người từ mạng của bạn vừa vào hàng chờ — sẽ thử lại sau {dur}.'],
+    line_label: ['Progress through the line', 'Tiến độ trong hàng chờ'],
+    notify_why: ['Want to switch tabs while you wait? This page keeps your place in the background and can notify you when it is your turn.', 'Muốn chuyển sang thẻ khác trong lúc chờ? Trang này vẫn giữ chỗ cho bạn khi chạy nền và có thể thông báo khi đến lượt bạn.'],
+    notify_btn: ['Notify me when it is my turn', 'Thông báo cho tôi khi đến lượt'],
+    qty: ['Quantity', 'Số lượng'],
+    reserve: ['Reserve', 'Đặt giữ hàng'],
+    pay: ['Pay', 'Thanh toán'],
+    cancel: ['Cancel reservation', 'Hủy đặt giữ'],
+    prequeue_h: ['You are in the pre-queue', 'Bạn đang ở hàng chờ trước giờ mở bán'],
+    prequeue_t: ['Your place in line is drawn at {time}. Everyone who joins before then has the same chance: arriving early gives no advantage.', 'Thứ tự của bạn sẽ được bốc thăm lúc {time}. Ai vào trước giờ đó đều có cơ hội như nhau: đến sớm không được ưu tiên.'],
+    drawing_h: ['Drawing the order', 'Đang bốc thăm thứ tự'],
+    drawing_t: ['The order of the pre-queue is being drawn right now. Your place appears in a moment.', 'Thứ tự hàng chờ đang được bốc thăm. Vị trí của bạn sẽ hiện ra trong giây lát.'],
+    placing_h: ['You are in line', 'Bạn đã vào hàng chờ'],
+    placing_t: ['Your place in line is being confirmed (a second or two).', 'Vị trí của bạn đang được xác nhận (một hai giây).'],
+    waiting_h: ['Your place in line: {place}', 'Vị trí của bạn: {place}'],
+    waiting_t: ['People ahead of you: {ahead}. Estimated wait: {range}.', 'Số người phía trước: {ahead}. Thời gian chờ ước tính: {range}.'],
+    unknown: ['unknown', 'chưa rõ'],
+    admitted_h: ["It's your turn", 'Đã đến lượt bạn'],
+    admitted_t: ['Your place in line: {place}. You may reserve now.', 'Vị trí của bạn: {place}. Bạn có thể đặt giữ hàng ngay.'],
+    turn_left: ['Your turn ends in {dur} (at {time}).', 'Lượt của bạn kết thúc sau {dur} (lúc {time}).'],
+    turn_over: ['Your turn has ended.', 'Lượt của bạn đã kết thúc.'],
+    paused_h: ['The sale is paused', 'Đợt bán đang tạm dừng'],
+    paused_t: ['The sale is paused for a moment. You keep your place; this page carries on by itself when it resumes.', 'Đợt bán tạm dừng trong giây lát. Bạn vẫn giữ nguyên vị trí; trang sẽ tự tiếp tục khi mở bán lại.'],
+    sold_out_h: ['Sold out', 'Hết hàng'],
+    sold_out_t: ['Every unit is taken right now. If reserved units are released, the line moves again — keep this page open.', 'Hiện mọi sản phẩm đã được giữ. Nếu có hàng được trả lại, hàng chờ sẽ tiếp tục — hãy để trang này mở.'],
+    closed_h: ['Closed', 'Đã đóng'],
+    closed_t: ['This sale is over, or your turn to reserve has passed.', 'Đợt bán đã kết thúc, hoặc lượt đặt giữ của bạn đã qua.'],
+    abandoned_h: ['Your turn has passed', 'Lượt của bạn đã qua'],
+    abandoned_t: ['This page stopped checking in for 30 seconds while you held nothing, so your turn went to the next person. You may join again, at the back of the line.', 'Trang này đã ngừng cập nhật trong 30 giây khi bạn chưa giữ hàng nào, nên lượt của bạn đã chuyển cho người kế tiếp. Bạn có thể vào hàng chờ lại, ở cuối hàng.'],
+    held_h: ['Reserved — complete your payment', 'Đã giữ hàng — hãy hoàn tất thanh toán'],
+    held_t: ['{qty} unit(s) are held for you.', 'Đang giữ {qty} sản phẩm cho bạn.'],
+    hold_left: ['Held for {dur} more (until {time}).', 'Còn giữ trong {dur} (đến {time}).'],
+    hold_over: ['The hold has expired.', 'Thời gian giữ hàng đã hết.'],
+    paying_h: ['Payment in progress', 'Đang thanh toán'],
+    paying_t: ['Waiting for the payment provider to confirm…', 'Đang chờ nhà cung cấp thanh toán xác nhận…'],
+    paid_h: ['Paid — your order is confirmed', 'Đã thanh toán — đơn hàng đã được xác nhận'],
+    paid_t: ['You bought {qty}. Thank you!', 'Bạn đã mua {qty} sản phẩm. Cảm ơn bạn!'],
+    res_expired: ['Your hold expired and the units went back on sale.', 'Thời gian giữ hàng đã hết và sản phẩm được mở bán lại.'],
+    res_cancelled: ['Your reservation was cancelled and the units went back on sale.', 'Đã hủy đặt giữ và sản phẩm được mở bán lại.'],
+    res_rejected: ['The shop could not confirm your reservation.', 'Cửa hàng không thể xác nhận đặt giữ của bạn.'],
+    again: ['While your turn lasts you can reserve again.', 'Trong lượt của bạn, bạn có thể đặt giữ lại.'],
+    live_prequeue: ['You are in the pre-queue.', 'Bạn đang ở hàng chờ trước giờ mở bán.'],
+    live_drawing: ['The order is being drawn.', 'Đang bốc thăm thứ tự.'],
+    live_waiting: ['You are in line.', 'Bạn đang trong hàng chờ.'],
+    live_admitted: ["It's your turn: you may reserve now.", 'Đã đến lượt bạn: bạn có thể đặt giữ hàng ngay.'],
+    live_paused: ['The sale is paused; you keep your place.', 'Đợt bán đang tạm dừng; bạn vẫn giữ vị trí.'],
+    live_sold_out: ['Sold out.', 'Hết hàng.'],
+    live_closed: ['Closed.', 'Đã đóng.'],
+    live_abandoned: ['Your turn has passed; you may join again.', 'Lượt của bạn đã qua; bạn có thể vào hàng chờ lại.'],
+    live_held: ['Reserved: complete your payment.', 'Đã giữ hàng: hãy hoàn tất thanh toán.'],
+    live_paying: ['Payment in progress.', 'Đang thanh toán.'],
+    live_paid: ['Paid: your order is confirmed.', 'Đã thanh toán: đơn hàng đã được xác nhận.'],
+    live_no_sale: ['No such sale.', 'Không có đợt bán này.'],
+    title_turn: ["It's your turn — {name}", 'Đến lượt bạn — {name}'],
+    title: ['{name} — flash sale'],
+    notif_title: ["It's your turn", 'Đã đến lượt bạn'],
+    notif_body: ['You may reserve {name} now.', 'Bạn có thể đặt giữ {name} ngay.'],
+    trouble: ['Connection trouble — retrying in {dur}. You keep your place.', 'Lỗi kết nối — thử lại sau {dur}. Bạn vẫn giữ vị trí.'],
+    busy: ['The shop is busy — trying again…', 'Cửa hàng đang bận — đang thử lại…'],
+    network: ['Network error — please try again.', 'Lỗi mạng — vui lòng thử lại.'],
+    dev_pay: ['Completing payment with the local dev payment provider…', 'Đang thanh toán qua nhà cung cấp thử nghiệm…'],
+    error_n: ['Error {status}', 'Lỗi {status}'],
+    draw_h: ['How the fair draw works', 'Cách bốc thăm công bằng'],
+    draw_p1: ['Everyone who joins before the start is in the pre-queue. At the start their order is drawn at random, so arriving early gives no advantage. After the start, people are added in order of arrival.', 'Ai vào trước giờ mở bán đều ở hàng chờ trước. Lúc mở bán, thứ tự của họ được bốc thăm ngẫu nhiên, nên đến sớm không được ưu tiên. Sau giờ mở bán, người đến sau xếp theo thứ tự đến.'],
+    draw_commit: ['Commitment (SHA-256 of the secret seed, published before anyone joined):', 'Cam kết (SHA-256 của hạt giống bí mật, công bố trước khi có người tham gia):'],
+    draw_seed: ['Seed (published after the draw):', 'Hạt giống (công bố sau khi bốc thăm):'],
+    not_drawn: ['not yet drawn', 'chưa bốc thăm'],
+    draw_value: ['At the start the entrant list is sealed and mixed with a public random number nobody knew before: “Check my draw” verifies your place.', 'Lúc mở bán, danh sách được niêm phong rồi trộn với một số ngẫu nhiên công khai chưa ai biết: “Kiểm tra lượt bốc thăm của tôi” xác minh vị trí của bạn.'],
+    draw_list: ['Full list of draw values', 'Danh sách đầy đủ các giá trị'],
+    check: ['Check my draw', 'Kiểm tra lượt bốc thăm của tôi'],
+    check_wait: ['Checking…', 'Đang kiểm tra…'],
+    dur_s: ['{s} s', '{s} giây'],
+    dur_ms: ['{m} min {s} s', '{m} phút {s} giây'],
+    dur_hm: ['{h} h {m} min', '{h} giờ {m} phút'],
   };
+  const LANGS = ['en', 'vi'];
   const LANG_KEY = 'flashsale:lang';
   const pickLang = () => {
     const saved = localStorage.getItem(LANG_KEY);
-    if (saved && MSG[saved]) return saved;
+    if (LANGS.includes(saved)) return saved;
     for (const l of navigator.languages || [navigator.language]) {
       const p = String(l).toLowerCase().split('-')[0];
-      if (MSG[p]) return p;
+      if (LANGS.includes(p)) return p;
     }
     return 'en';
   };
   let lang = pickLang();
-  // Formats follow the person's own locale when it is in the chosen language
-  // (en-GB stays en-GB), else the language itself.
+  // Formats: the person's locale if in the chosen language (en-GB), else it.
   const locale = () => (navigator.languages || []).find((l) => l.toLowerCase().split('-')[0] === lang) || lang;
-  const t = (key, vars = {}) => (MSG[lang][key] ?? MSG.en[key] ?? key)
+  const t = (key, vars = {}) => ((MSG[key] || [])[LANGS.indexOf(lang)] ?? (MSG[key] || [key])[0])
     .replace(/\{(\w+)\}/g, (_, k) => (vars[k] ?? ''));
   const num = (n) => new Intl.NumberFormat(locale()).format(n);
   const CURRENCY = (document.querySelector('meta[name="flashsale-currency"]') || {}).content || 'EUR';
@@ -209,6 +181,7 @@
 
   const sale = decodeURIComponent(location.pathname.split('/')[2] || '');
   const KEY = `flashsale:${sale}`;
+  const API = `/api/sales/${encodeURIComponent(sale)}`;
   let st = {};
   try { st = JSON.parse(localStorage.getItem(KEY)) || {}; } catch { st = {}; }
   delete st.user; // older pages kept it here; it lives in sessionStorage now
@@ -222,6 +195,18 @@
   let spoken = '';
   let wasAdmitted = false;
   let lastPoll = 0;
+  // The SKU the person chose (else the first not sold out), those a 410
+  // sku_sold_out took (for 15 s: the summary may be older), a refusal's text.
+  let picked = st.resBody?.sku;
+  const gone = {};
+  let resMsg = null;
+  const skus = () => summary?.skus || [];
+  const skuOut = (k) => k.sold_out === true || Date.now() - (gone[k.id] || 0) < 15000;
+  const band = (k) => (skuOut(k) ? 'band_out' : k.units_available <= Math.max(5, k.units_total / 10) ? 'band_few' : 'band_in');
+  const skuOf = () => {
+    const l = skus();
+    return l.find((k) => k.id === picked) || l.find((k) => !skuOut(k)) || l[0];
+  };
 
   const jitter = (ms) => Math.round(ms * (0.9 + Math.random() * 0.2));
   const nowS = () => Date.now() / 1000;
@@ -245,16 +230,16 @@
   }
   const say = (id, text) => { if ($(id).textContent !== text) $(id).textContent = text; };
   const show = (id, on) => { $(id).hidden = !on; };
-  const errorText = (r) => (r.data && r.data.error && r.data.error.message) || t('error_n', { status: r.status });
+  const errCode = (r) => r.data?.error?.code;
+  const errorText = (r) => r.data?.error?.message || t('error_n', { status: r.status });
 
-  const powSrc = (document.currentScript && document.currentScript.dataset.pow) || '';
-  // Timers: one per job, run by the worker (not throttled while hidden);
-  // the page's own setTimeout only if no worker could start.
+  const assets = (document.currentScript || {}).dataset || {};
+  // Timers: one per job, on the worker; setTimeout only if it cannot start.
   const jobs = {};
   let timerSeq = 0;
   let worker = null;
   try {
-    const src = document.currentScript && document.currentScript.dataset.timer;
+    const src = assets.timer;
     if (src) {
       worker = new Worker(src);
       worker.onmessage = (e) => fire(e.data);
@@ -292,14 +277,14 @@
     noSale = true;
     stopAll();
     say('error', '');
-    say('note', r && r.data && r.data.error ? errorText(r) : '');
+    say('note', r?.data?.error ? errorText(r) : '');
     render();
   }
 
   async function loadSummary() {
     if (noSale) return;
     try {
-      const r = await api('GET', `/api/sales/${encodeURIComponent(sale)}`);
+      const r = await api('GET', API);
       if (r.status === 200) {
         summary = r.data;
         render();
@@ -315,7 +300,7 @@
     if (!st.ticket || st.res || noSale) return;
     lastPoll = Date.now();
     try {
-      const r = await api('GET', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: st.ticket });
+      const r = await api('GET', `${API}/queue`, { token: st.ticket });
       if (r.status === 200) {
         errors = 0;
         if (!st.ended) say('note', '');
@@ -339,6 +324,7 @@
       // The window's end, fixed by the edge: re-polls do not move it.
       st.windowEnd = s.window_ends_at_ms || s.admission_expires_at * 1000;
     }
+    if (resMsg && s.status !== 'admitted') { resMsg = null; say('error', ''); }
     save();
     render();
     const admitted = s.status === 'admitted' && !st.res;
@@ -346,10 +332,9 @@
     wasAdmitted = admitted;
   }
 
-  // The turn came: say so where the person may be (title, notification),
-  // and put the keyboard on Reserve.
+  // The turn came: title, notification, keyboard on Reserve.
   function turnCame() {
-    const name = (summary && summary.name) || sale;
+    const name = summary?.name || sale;
     document.title = t('title_turn', { name });
     try {
       if (window.Notification && Notification.permission === 'granted') {
@@ -359,11 +344,10 @@
     $('reserve-btn').focus();
   }
 
-  // The proof of work of a join (sale with bot_check pow:<bits>): a fresh
-  // challenge, solved in the pow.js worker while the bar shows the share of
-  // the expected work done. Answers the join body, or null (error said).
+  // Proof of work (pow:<bits>): a fresh challenge solved in the pow.js
+  // worker. Answers { body } or { refused }.
   async function solveChallenge() {
-    const c = await api('GET', `/api/sales/${encodeURIComponent(sale)}/challenge`, { token: user });
+    const c = await api('GET', `${API}/challenge`, { token: user });
     if (c.status !== 200) return { refused: c };
     if (c.data.kind !== 'pow') return { body: undefined };
     const expected = 2 ** c.data.difficulty;
@@ -371,7 +355,7 @@
     $('pow-bar').value = 0;
     try {
       const nonce = await new Promise((resolve, reject) => {
-        const w = new Worker(powSrc);
+        const w = new Worker(assets.pow);
         w.onmessage = (e) => {
           if (e.data.nonce != null) { w.terminate(); resolve(e.data.nonce); }
           // Share of the expected work, never shown as done before it is.
@@ -387,14 +371,13 @@
     }
   }
 
-  // A Turnstile sale: Cloudflare's widget (its script is loaded only for
-  // such sales, whose page CSP allows challenges.cloudflare.com) gives a
-  // token the edge verifies. Answers the join body, or { refused }.
+  // Turnstile: Cloudflare's widget, loaded only for such sales (their CSP
+  // allows it). Answers { body } or { refused }.
   const TS_SCRIPT = 'https://challenges.cloudflare.com/turnstile/v0/api.js?render=explicit';
   let tsLoaded = null;
   let tsWidget = null;
   async function turnstileToken() {
-    const c = await api('GET', `/api/sales/${encodeURIComponent(sale)}/challenge`, { token: user });
+    const c = await api('GET', `${API}/challenge`, { token: user });
     if (c.status !== 200) return { refused: c };
     if (c.data.kind !== 'turnstile') return { body: undefined };
     tsLoaded = tsLoaded || new Promise((resolve, reject) => {
@@ -421,8 +404,7 @@
     }
   }
 
-  // Refusals a fresh challenge can pass (a bad nonce or an unrecognised
-  // challenge too: the page solves a new one).
+  // Refusals a fresh challenge can pass (a bad nonce too).
   const RETRY_BOT = ['challenge_expired', 'challenge_reused', 'bot_check_failed', 'bot_check_required',
     'challenge_invalid', 'bad_nonce'];
   let botRetries = 0;
@@ -431,9 +413,8 @@
     say('error', '');
     try {
       let body;
-      const check = (summary && summary.bot_check) || '';
-      // A re-join by someone who holds a ticket (e.g. after their turn was
-      // given back) sends it: the edge answers from it, no check needed.
+      const check = summary?.bot_check || '';
+      // A re-join (e.g. a turn given back) sends the ticket: no check.
       const held = st.ticket || null;
       if (!held && check === 'turnstile') {
         const s = await turnstileToken();
@@ -444,7 +425,7 @@
         if (s.refused) { joinRefused(s.refused); $('join-btn').disabled = false; return; }
         body = s.body;
       }
-      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/queue`, { token: user, body, held });
+      const r = await api('POST', `${API}/queue`, { token: user, body, held });
       if (r.status === 200) { botRetries = 0; applyStatus(r.data); later('poll', jitter(r.data.poll_after_ms), poll); }
       else joinRefused(r);
     } catch { backoff('poll', join); }
@@ -452,14 +433,13 @@
   }
 
   function joinRefused(r) {
-    const code = r.data && r.data.error && r.data.error.code;
+    const code = errCode(r);
     if (r.status === 401) {
       user = null; sessionStorage.removeItem(USER_KEY);
       say('error', t('signin_refused', { why: errorText(r) })); render();
     } else if (r.status === 404) unknownSale(r);
     else if ((r.status === 403 || r.status === 400) && RETRY_BOT.includes(code) && botRetries < 3) {
-      // A new challenge can pass where this one did not (e.g. it expired
-      // while the tab slept): say so and start over, a few times at most.
+      // A new challenge may pass (e.g. this one expired): a few tries.
       botRetries += 1;
       // A ticket the edge did not answer from (expired) is no use: solve.
       if (st.ticket) { st.ticket = null; save(); }
@@ -467,7 +447,7 @@
       later('poll', 500, join);
     } else if (r.status === 403 || r.status === 400) {
       // In the person's words when the catalogue has them.
-      say('error', MSG.en[code] ? t('join_refused', { why: t(code) }) : errorText(r));
+      say('error', MSG[code] ? t('join_refused', { why: t(code) }) : errorText(r));
     } else if (r.status === 429 && code === 'too_many_joins') {
       const ms = Math.max(1000, r.retryAfter * 1000);
       say('note', t('too_many_joins', { dur: dur(ms / 1000) }));
@@ -482,21 +462,36 @@
     const btn = $('reserve-btn');
     btn.disabled = true;
     say('error', '');
-    // One key per attempt; kept until the attempt resolves, so a retry
-    // of the same attempt replays instead of reserving twice.
-    st.resIdem = st.resIdem || uuid();
+    resMsg = null;
+    // One key per attempt, kept with its body until the attempt resolves:
+    // a retry replays it, never reserves twice; another choice, a new key.
+    const k = skuOf();
+    const qty = Number($('qty').value);
+    const body = k ? { sku: k.id, qty } : { qty };
+    if (!st.resIdem || JSON.stringify(st.resBody) !== JSON.stringify(body)) {
+      st.resIdem = uuid();
+      st.resBody = body;
+    }
     st.ended = null;
     save();
     try {
-      const r = await api('POST', `/api/sales/${encodeURIComponent(sale)}/reservations`,
-        { token: st.admit, body: { qty: Number($('qty').value) }, idem: st.resIdem });
+      const r = await api('POST', `${API}/reservations`,
+        { token: st.admit, body: st.resBody, idem: st.resIdem });
       if (r.status === 202 || r.status === 200) {
         st.res = { id: r.data.reservation_id, expires_at: r.data.expires_at, status: r.data.status, qty: r.data.qty };
         save();
         say('note', '');
-        document.title = t('title', { name: (summary && summary.name) || sale });
+        document.title = t('title', { name: summary?.name || sale });
         render();
         later('res', 2000, pollReservation);
+      } else if (r.status === 410 && errCode(r) === 'sku_sold_out') {
+        // Others are left: the picker marks it, falls back and takes focus.
+        st.resIdem = null; save();
+        gone[body.sku] = Date.now();
+        picked = null;
+        resMsg = 'sku_sold_out';
+        render();
+        $('sku').focus();
       } else if (r.status === 410) {
         st.resIdem = null; save();
         applyStatus({ ...(status || {}), status: 'sold_out', admission_token: undefined });
@@ -507,7 +502,7 @@
       } else {
         // Refused (limit, bad token, reused key): this attempt is over.
         st.resIdem = null; save();
-        say('error', errorText(r));
+        if (errCode(r) === 'sku_per_user_limit') { resMsg = errCode(r); render(); } else say('error', errorText(r));
         if (r.status === 401 || r.status === 403) poll();
       }
     } catch { say('error', t('network')); }
@@ -561,11 +556,12 @@
     btn.disabled = false;
   }
 
-  // Expired, cancelled or rejected: say so, forget the attempt (the next one
-  // gets a new Idempotency-Key) and ask the queue where the person stands.
+  // Expired, cancelled or rejected: say so, forget the attempt (and its key)
+  // and ask the queue where the person stands.
   function reservationEnded(how) {
     st.res = null;
     st.resIdem = null;
+    st.resBody = null;
     st.payIdem = null;
     st.ended = how;
     save();
@@ -598,15 +594,14 @@
     $('state').className = `card ${cls}`;
     say('state-h', title);
     say('state-text', text);
-    // Speak changes of state only: the live region keeps its text while
-    // the numbers beside it move.
+    // The live region keeps its text while the numbers beside it move.
     if (kind !== spoken) { spoken = kind; say('live', t(`live_${kind}`)); }
   }
 
   // The phase as a shopper sees it now: the summary is up to 5 s old and
   // says "upcoming" until it is refreshed after the start.
   function phase(s) {
-    if (s.paused || (status && status.status === 'paused')) return 'paused';
+    if (s.paused || status?.status === 'paused') return 'paused';
     if (s.sold_out || s.phase === 'sold_out') return 'sold_out';
     if (s.phase === 'upcoming' && Date.parse(s.starts_at) <= Date.now()) return 'live';
     return s.phase;
@@ -624,16 +619,19 @@
       document.title = t('no_sale');
       say('name', t('no_sale'));
       say('error', t('no_sale_text'));
-      for (const id of ['signin', 'join', 'state', 'draw', 'sold', 'start', 'price', 'phase']) show(id, false);
+      for (const id of ['signin', 'join', 'state', 'draw', 'sold', 'start', 'price', 'phase', 'skus']) show(id, false);
       if (spoken !== 'no_sale') { spoken = 'no_sale'; say('note', t('live_no_sale')); }
       return;
     }
     const s = summary;
     if (s) {
-      document.title = t(status && status.status === 'admitted' && !st.res ? 'title_turn' : 'title', { name: s.name });
+      document.title = t(status?.status === 'admitted' && !st.res ? 'title_turn' : 'title', { name: s.name });
       say('name', s.name);
       const cur = s.currency || CURRENCY;
-      say('price', s.price_cents != null ? t('price', { price: money(s.price_cents, cur) }) : '');
+      const list = skus();
+      const ps = list.map((k) => k.price_cents);
+      const lo = ps.length ? Math.min(...ps) : s.price_cents;
+      say('price', lo != null ? t(lo < Math.max(...ps) ? 'from' : 'price', { price: money(lo, cur) }) : '');
       const p = phase(s);
       say('phase', t(`phase_${p}`));
       $('phase').className = `badge phase-${p}`;
@@ -651,10 +649,7 @@
         $('check-btn').disabled = !(s.draw.listed && st.sub && st.ticket);
         $('audit').href = s.draw.audit || '#';
       } else say('seed', t('not_drawn'));
-      const limit = Math.max(1, Number(s.per_user_limit) || 1);
-      if ($('qty').options.length !== limit) {
-        $('qty').replaceChildren(...Array.from({ length: limit }, (_, i) => new Option(num(i + 1), String(i + 1))));
-      }
+      renderSkus(list, cur);
     }
     const signedIn = Boolean(user);
     show('signin', !signedIn);
@@ -662,7 +657,7 @@
     show('dev-form', !signedIn && devMode);
     say('who', st.sub ? t('who', { who: st.sub }) : '');
     // A turn lost for not checking in may join again, at the back.
-    const again = status && status.status === 'closed' && status.reason === 'abandoned';
+    const again = status?.status === 'closed' && status.reason === 'abandoned';
     show('join', signedIn && (!st.ticket || again));
     show('state', Boolean(st.ticket) || Boolean(st.res));
     show('line', false);
@@ -671,10 +666,41 @@
     show('notify', false);
     if (st.res) renderReservation();
     else if (status) renderStatus(s);
-    // What became of the last attempt stays said (in the current language)
-    // until the next attempt.
+    // What became of the last attempt stays said until the next one.
     if (st.ended && !st.res) say('note', `${t(`res_${st.ended}`)} ${t('again')}`);
+    if (resMsg) say('error', t(resMsg));
     countdowns();
+  }
+
+  // The SKUs: a row each; a picker if several, updated in place (choice and
+  // focus stay); Quantity up to the sale's limit and the chosen SKU's own.
+  function renderSkus(list, cur) {
+    const rows = $('sku-rows');
+    const sel = $('sku');
+    show('skus', list.length);
+    show('sku-box', list.length > 1);
+    if (`${list.map((k) => k.id)}` !== `${[...sel.options].map((o) => o.value)}`) {
+      rows.replaceChildren(...list.map(() => rows.insertRow()));
+      for (const r of rows.rows) r.innerHTML = '<th scope="row"></th><td></td><td></td>';
+      sel.replaceChildren(...list.map((k) => new Option('', k.id)));
+    }
+    list.forEach((k, i) => {
+      const b = band(k);
+      const price = money(k.price_cents, cur);
+      [k.name, price, t(b)].forEach((x, c) => say2(rows.rows[i].cells[c], x));
+      rows.rows[i].className = b;
+      say2(sel.options[i], `${k.name} — ${price}${skuOut(k) ? ` ${t('sku_out')}` : ''}`);
+      sel.options[i].disabled = skuOut(k);
+    });
+    const k = skuOf();
+    if (k && sel.value !== k.id) sel.value = k.id;
+    const limit = Math.max(1, Math.min(Number(summary.per_user_limit) || 1, k?.per_user_limit || 1e9));
+    const q = $('qty');
+    if (q.options.length !== limit) {
+      const v = Math.min(Number(q.value) || 1, limit);
+      q.replaceChildren(...Array.from({ length: limit }, (_, i) => new Option(num(i + 1), String(i + 1))));
+      q.value = v;
+    }
   }
 
   function renderStatus(s) {
@@ -723,12 +749,12 @@
   }
 
   function countdowns() {
-    if (status && status.status === 'admitted' && !st.res) {
+    if (status?.status === 'admitted' && !st.res) {
       const end = st.windowEnd || 0;
       const left = end / 1000 - nowS();
       say('admit-left', left > 0 ? t('turn_left', { dur: dur(left), time: clock(end) }) : t('turn_over'));
       $('reserve-btn').disabled = left <= 0;
-      // The window just closed: learn the new state now, not at the next poll.
+      // The window closed: learn the new state now, not at the next poll.
       if (left <= 0 && !jobs.closing) later('closing', 1000, () => { delete jobs.poll; poll(); });
     }
     if (st.res && st.res.expires_at) {
@@ -741,8 +767,7 @@
   let startSeen = false;
   let endSeen = false;
   function tick() {
-    // The sale's announced end passed: ask now, not at the next (maybe 30 s
-    // away) poll.
+    // The announced end passed: ask now, not at the next poll.
     if (summary && summary.ends_at && !endSeen && Date.parse(summary.ends_at) <= Date.now()) {
       endSeen = true;
       if (st.ticket && !st.res) later('poll', 500, poll);
@@ -757,13 +782,11 @@
     }
   }
 
-  // "Check my draw": the verifier (check.js) is loaded only when asked for,
-  // so the page everyone loads stays light.
-  const checkSrc = (document.currentScript && document.currentScript.dataset.check) || '';
+  // "Check my draw": check.js is loaded only when asked for (page weight).
   let checker = null;
   const loadChecker = () => checker || (checker = new Promise((resolve, reject) => {
     const el = document.createElement('script');
-    el.src = checkSrc;
+    el.src = assets.check;
     el.onload = () => resolve(self.flashsaleCheckDraw);
     el.onerror = () => { checker = null; reject(new Error('check.js')); };
     document.head.appendChild(el);
@@ -797,6 +820,7 @@
   });
   $('join-btn').addEventListener('click', join);
   $('reserve-btn').addEventListener('click', reserve);
+  $('sku').addEventListener('change', () => { picked = $('sku').value; render(); });
   $('pay-btn').addEventListener('click', pay);
   $('cancel-btn').addEventListener('click', cancel);
   $('check-btn').addEventListener('click', checkDraw);
@@ -807,7 +831,7 @@
     try { await Notification.requestPermission(); } catch { /* unsupported */ }
   });
   $('lang').addEventListener('change', () => {
-    lang = MSG[$('lang').value] ? $('lang').value : 'en';
+    lang = LANGS.includes($('lang').value) ? $('lang').value : 'en';
     localStorage.setItem(LANG_KEY, lang);
     translateStatic();
     spoken = '';
@@ -823,8 +847,7 @@
     try {
       const h = (await api('GET', '/api/health')).data;
       devMode = h.dev_mode === true;
-      // DEV_MODE set but refused (the origin is not local): say why, so
-      // nobody wonders where the name sign-in went.
+      // DEV_MODE refused (the origin is not local): say why.
       if (typeof h.dev_mode_refused === 'string') {
         say('dev-refused', t('dev_refused', { why: h.dev_mode_refused }));
         show('dev-refused', true);
