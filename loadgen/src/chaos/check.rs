@@ -65,6 +65,21 @@ pub struct PgReservation {
     pub idem: Option<String>,
     pub expires_ms: i64,
     pub released_ms: Option<i64>,
+    /// The SKU's position (0 in a one-SKU sale).
+    #[sqlx(default)]
+    #[serde(default)]
+    pub sku: i32,
+}
+
+/// One SKU of a sale of several (Postgres `skus`), by position.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SkuState {
+    pub id: String,
+    pub units: i64,
+    /// Its own per-account limit, if it has one.
+    pub limit: Option<i64>,
+    /// Its inventory: (held, sold).
+    pub inventory: (i64, i64),
 }
 
 /// A payment row (Postgres).
@@ -81,10 +96,15 @@ pub struct RedisShard {
     /// `None`: the shard's keys are gone.
     pub stock: Option<i64>,
     pub holds: Vec<(String, HoldRecord)>,
-    /// Per-user counts of accounts whose home this shard is.
+    /// Per-user counts of accounts whose home this shard is (in a sale of
+    /// several SKUs also each SKU's, under `account\n<position>`).
     pub users: HashMap<String, i64>,
     /// Settlement entries not yet settled.
     pub stream: i64,
+    /// In a sale of several SKUs: the stock keys of the other SKUs placed
+    /// on this shard (position → stock; `None`: the key is gone). `stock`
+    /// is position 0's.
+    pub sku_stock: BTreeMap<i32, Option<i64>>,
 }
 
 /// The end state of one sale, from both stores.
@@ -99,9 +119,75 @@ pub struct Observed {
     /// The payment id of each outbox event about this sale's payments.
     pub outbox_payments: Vec<String>,
     pub shards: Vec<RedisShard>,
+    /// The SKUs of a sale of several, by position (empty for one SKU: the
+    /// sale-wide figures are the SKU's).
+    pub skus: Vec<SkuState>,
 }
 
 impl Observed {
+    /// The sale-wide view: each shard's stock is every SKU's stock there,
+    /// and the counts are the sale-wide ones (per-SKU fields left out).
+    fn sale_wide(&self) -> Observed {
+        let mut v = self.clone();
+        for s in &mut v.shards {
+            s.stock = s
+                .stock
+                .map(|st| st + s.sku_stock.values().map(|v| v.unwrap_or(0)).sum::<i64>());
+            s.users.retain(|a, _| !a.contains('\n'));
+            s.sku_stock.clear();
+        }
+        v.skus.clear();
+        v
+    }
+
+    /// The view of the SKU at `position`, as if it were a sale of its own:
+    /// its units and limit (the SKU's or the sale's), its inventory row,
+    /// its reservations, its stock and holds on each shard, and its
+    /// per-account counts.
+    fn sku_view(&self, position: i32) -> Option<Observed> {
+        let sku = self.skus.get(usize::try_from(position).ok()?)?;
+        let suffix = format!("\n{position}");
+        let shards = self
+            .shards
+            .iter()
+            .map(|s| RedisShard {
+                stock: match (position, s.stock) {
+                    (_, None) => None,
+                    (0, st) => st,
+                    (p, Some(_)) => Some(s.sku_stock.get(&p).copied().flatten().unwrap_or(0)),
+                },
+                holds: s
+                    .holds
+                    .iter()
+                    .filter(|(_, h)| h.position.unwrap_or(0) == i64::from(position))
+                    .cloned()
+                    .collect(),
+                users: s
+                    .users
+                    .iter()
+                    .filter_map(|(a, n)| Some((a.strip_suffix(&suffix)?.to_string(), *n)))
+                    .collect(),
+                stream: s.stream,
+                sku_stock: BTreeMap::new(),
+            })
+            .collect();
+        Some(Observed {
+            units: sku.units,
+            per_user_limit: sku.limit.unwrap_or(self.per_user_limit),
+            inventory: sku.inventory,
+            reservations: self
+                .reservations
+                .iter()
+                .filter(|r| r.sku == position)
+                .cloned()
+                .collect(),
+            payments: Vec::new(),
+            outbox_payments: Vec::new(),
+            shards,
+            skus: Vec::new(),
+        })
+    }
+
     /// The end state as JSON, kept beside the row for a post-mortem.
     pub fn dump(&self) -> serde_json::Value {
         let shards: Vec<serde_json::Value> = self
@@ -148,7 +234,7 @@ pub async fn observe(
     let reservations: Vec<PgReservation> = sqlx::query_as(
         "SELECT id, account, qty, status, idem,
                 (extract(epoch FROM expires_at) * 1000)::bigint AS expires_ms,
-                (extract(epoch FROM released_at) * 1000)::bigint AS released_ms
+                (extract(epoch FROM released_at) * 1000)::bigint AS released_ms, sku
          FROM reservations WHERE sale_id = $1",
     )
     .bind(id)
@@ -167,8 +253,33 @@ pub async fn observe(
     .bind(id)
     .fetch_all(pool)
     .await?;
+    let skus: Vec<SkuState> = if sale.multi_sku() {
+        let rows: Vec<(String, i32, Option<i32>, i32, i32)> = sqlx::query_as(
+            "SELECT id, units_total, per_user_limit, held, sold FROM skus
+             WHERE sale_id = $1 ORDER BY position",
+        )
+        .bind(id)
+        .fetch_all(pool)
+        .await?;
+        rows.into_iter()
+            .map(|(id, units, limit, held, sold)| SkuState {
+                id,
+                units: i64::from(units),
+                limit: limit.map(i64::from),
+                inventory: (i64::from(held), i64::from(sold)),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut shards = Vec::new();
-    for k in &sale.shards {
+    for (i, k) in sale.shards.iter().enumerate() {
+        let mut sku_stock = BTreeMap::new();
+        for p in 1..skus.len() as i32 {
+            if sale.placement(p).holds(i) {
+                sku_stock.insert(p, conn.get(k.stock_of(p)).await?);
+            }
+        }
         let stock: Option<i64> = conn.get(&k.stock).await?;
         let raw: HashMap<String, String> = conn.hgetall(&k.holds).await?;
         let mut holds: Vec<(String, HoldRecord)> = raw
@@ -184,6 +295,7 @@ pub async fn observe(
             holds,
             users: conn.hgetall(&k.users).await?,
             stream: conn.xlen(&k.stream).await?,
+            sku_stock,
         });
     }
     Ok(Observed {
@@ -194,6 +306,7 @@ pub async fn observe(
         payments,
         outbox_payments,
         shards,
+        skus,
     })
 }
 
@@ -469,118 +582,15 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
         });
     }
 
-    // Units: every view must account for exactly the sale's total.
-    let units = end.units;
-    let stock: i64 = end.shards.iter().map(|s| s.stock.unwrap_or(0)).sum();
-    let hold_units: i64 = end
-        .shards
-        .iter()
-        .flat_map(|s| &s.holds)
-        .map(|(_, h)| h.qty)
-        .sum();
-    let live_rows: i64 = end
-        .reservations
-        .iter()
-        .filter(|r| LIVE.contains(&r.status.as_str()))
-        .map(|r| i64::from(r.qty))
-        .sum();
-    let paid_rows: i64 = end
-        .reservations
-        .iter()
-        .filter(|r| r.status == "paid")
-        .map(|r| i64::from(r.qty))
-        .sum();
-    let (inv_held, inv_sold) = end.inventory;
-    f.sold = inv_sold;
-    f.available = stock;
-    f.still_held = live_rows - paid_rows;
-    let views = [
-        (
-            format!("Redis stock {stock} + holds {hold_units}"),
-            stock + hold_units,
-            "Redis has more units than the sale",
-        ),
-        (
-            format!("Postgres live reservations {live_rows} + Redis stock {stock}"),
-            live_rows + stock,
-            "Redis offers units Postgres has taken",
-        ),
-    ];
-    for (view, n, over) in views {
-        f.oversold.add(n - units, || {
-            format!("{view} = {n} > {units} units: {over}")
-        });
-        f.lost_units
-            .add(units - n, || format!("{view} = {n} < {units} units"));
-    }
-    let over = [
-        ("Postgres live reservations", live_rows),
-        ("Postgres inventory held + sold", inv_held + inv_sold),
-        ("Redis holds", hold_units),
-    ];
-    for (view, n) in over {
-        f.oversold
-            .add(n - units, || format!("{view} = {n} > {units} units"));
-    }
-    f.oversold.add(live_rows - (inv_held + inv_sold), || {
-        format!(
-            "Postgres inventory held + sold = {} below its live reservations {live_rows}",
-            inv_held + inv_sold
-        )
-    });
-    f.lost_units.add(inv_held + inv_sold - live_rows, || {
-        format!(
-            "Postgres inventory held + sold = {} above its live reservations {live_rows}",
-            inv_held + inv_sold
-        )
-    });
-    f.lost_units.add(inv_sold - paid_rows, || {
-        format!("inventory sold {inv_sold} > paid reservations {paid_rows}")
-    });
-    f.oversold.add(paid_rows - inv_sold, || {
-        format!("paid reservations {paid_rows} > inventory sold {inv_sold}")
-    });
-    for (i, s) in end.shards.iter().enumerate() {
-        if let Some(st) = s.stock {
-            f.oversold
-                .add(-st, || format!("shard {i}: stock {st} below zero"));
-        }
-    }
-
-    // Per-user limit.
-    let limit = end.per_user_limit;
-    let mut breached: BTreeSet<String> = BTreeSet::new();
-    let mut pg_units: BTreeMap<&str, i64> = BTreeMap::new();
-    for r in end
-        .reservations
-        .iter()
-        .filter(|r| LIVE.contains(&r.status.as_str()))
-    {
-        *pg_units.entry(r.account.as_str()).or_default() += i64::from(r.qty);
-    }
-    let mut redis_units: BTreeMap<&str, i64> = BTreeMap::new();
-    for (_, h) in end.shards.iter().flat_map(|s| &s.holds) {
-        *redis_units.entry(h.account.as_str()).or_default() += h.qty;
-    }
-    for (store, per) in [("Postgres", &pg_units), ("Redis", &redis_units)] {
-        for (a, n) in per {
-            if *n > limit && breached.insert(a.to_string()) {
-                f.limit_breaches
-                    .add(1, || format!("{a}: {n} units in {store}, limit {limit}"));
-            }
-        }
-    }
-    let n_shards = end.shards.len();
-    for (a, n) in &redis_units {
-        let home = &end.shards[home_shard(a, n_shards)];
-        if home.stock.is_none() {
-            continue;
-        }
-        let count = home.users.get(*a).copied().unwrap_or(0);
-        if count < *n && breached.insert(a.to_string()) {
-            f.limit_breaches.add(1, || {
-                format!("{a}: holds {n} units, its home shard counts {count}")
-            });
+    // Units and limits: sale-wide, and in a sale of several SKUs each SKU
+    // as a sale of its own (DESIGN.md: invariants 1-3 hold per SKU and
+    // sale-wide).
+    let wide = end.sale_wide();
+    let (sold, available, still_held) = check_units(&wide, &mut f, "");
+    (f.sold, f.available, f.still_held) = (sold, available, still_held);
+    for (p, sku) in end.skus.iter().enumerate() {
+        if let Some(view) = end.sku_view(p as i32) {
+            check_units(&view, &mut f, &format!("SKU {}: ", sku.id));
         }
     }
 
@@ -611,6 +621,126 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
     }
     f.max_lag = history.iter().filter_map(|e| e.lag).max().unwrap_or(0);
     f
+}
+
+/// The unit and limit figures of one view (the sale's, or one SKU's as a
+/// sale of its own; `label` starts each example): every view must account
+/// for exactly its units, no account above its limit. Returns (sold,
+/// available, still held) of the view.
+fn check_units(end: &Observed, f: &mut Figures, label: &str) -> (i64, i64, i64) {
+    // Units: every view must account for exactly the sale's total.
+    let units = end.units;
+    let stock: i64 = end.shards.iter().map(|s| s.stock.unwrap_or(0)).sum();
+    let hold_units: i64 = end
+        .shards
+        .iter()
+        .flat_map(|s| &s.holds)
+        .map(|(_, h)| h.qty)
+        .sum();
+    let live_rows: i64 = end
+        .reservations
+        .iter()
+        .filter(|r| LIVE.contains(&r.status.as_str()))
+        .map(|r| i64::from(r.qty))
+        .sum();
+    let paid_rows: i64 = end
+        .reservations
+        .iter()
+        .filter(|r| r.status == "paid")
+        .map(|r| i64::from(r.qty))
+        .sum();
+    let (inv_held, inv_sold) = end.inventory;
+    let views = [
+        (
+            format!("Redis stock {stock} + holds {hold_units}"),
+            stock + hold_units,
+            "Redis has more units than the sale",
+        ),
+        (
+            format!("Postgres live reservations {live_rows} + Redis stock {stock}"),
+            live_rows + stock,
+            "Redis offers units Postgres has taken",
+        ),
+    ];
+    for (view, n, over) in views {
+        f.oversold.add(n - units, || {
+            format!("{label}{view} = {n} > {units} units: {over}")
+        });
+        f.lost_units
+            .add(units - n, || format!("{label}{view} = {n} < {units} units"));
+    }
+    let over = [
+        ("Postgres live reservations", live_rows),
+        ("Postgres inventory held + sold", inv_held + inv_sold),
+        ("Redis holds", hold_units),
+    ];
+    for (view, n) in over {
+        f.oversold
+            .add(n - units, || format!("{label}{view} = {n} > {units} units"));
+    }
+    f.oversold.add(live_rows - (inv_held + inv_sold), || {
+        format!(
+            "{label}Postgres inventory held + sold = {} below its live reservations {live_rows}",
+            inv_held + inv_sold
+        )
+    });
+    f.lost_units.add(inv_held + inv_sold - live_rows, || {
+        format!(
+            "{label}Postgres inventory held + sold = {} above its live reservations {live_rows}",
+            inv_held + inv_sold
+        )
+    });
+    f.lost_units.add(inv_sold - paid_rows, || {
+        format!("{label}inventory sold {inv_sold} > paid reservations {paid_rows}")
+    });
+    f.oversold.add(paid_rows - inv_sold, || {
+        format!("{label}paid reservations {paid_rows} > inventory sold {inv_sold}")
+    });
+    for (i, s) in end.shards.iter().enumerate() {
+        if let Some(st) = s.stock {
+            f.oversold
+                .add(-st, || format!("{label}shard {i}: stock {st} below zero"));
+        }
+    }
+
+    // Per-user limit.
+    let limit = end.per_user_limit;
+    let mut breached: BTreeSet<String> = BTreeSet::new();
+    let mut pg_units: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in end
+        .reservations
+        .iter()
+        .filter(|r| LIVE.contains(&r.status.as_str()))
+    {
+        *pg_units.entry(r.account.as_str()).or_default() += i64::from(r.qty);
+    }
+    let mut redis_units: BTreeMap<&str, i64> = BTreeMap::new();
+    for (_, h) in end.shards.iter().flat_map(|s| &s.holds) {
+        *redis_units.entry(h.account.as_str()).or_default() += h.qty;
+    }
+    for (store, per) in [("Postgres", &pg_units), ("Redis", &redis_units)] {
+        for (a, n) in per {
+            if *n > limit && breached.insert(a.to_string()) {
+                f.limit_breaches.add(1, || {
+                    format!("{label}{a}: {n} units in {store}, limit {limit}")
+                });
+            }
+        }
+    }
+    let n_shards = end.shards.len();
+    for (a, n) in &redis_units {
+        let home = &end.shards[home_shard(a, n_shards)];
+        if home.stock.is_none() {
+            continue;
+        }
+        let count = home.users.get(*a).copied().unwrap_or(0);
+        if count < *n && breached.insert(a.to_string()) {
+            f.limit_breaches.add(1, || {
+                format!("{label}{a}: holds {n} units, its home shard counts {count}")
+            });
+        }
+    }
+    (inv_sold, stock, live_rows - paid_rows)
 }
 
 #[derive(Args, Clone, Debug)]
@@ -747,6 +877,7 @@ mod tests {
             idem: Some(idem.into()),
             expires_ms: 10_000,
             released_ms: Some(20_000),
+            sku: 0,
         }
     }
 
@@ -800,7 +931,9 @@ mod tests {
                 holds: vec![("s.0.1".into(), hold("a", 1, "h1", "paid"))],
                 users: [("a".to_string(), 1)].into(),
                 stream: 0,
+                sku_stock: BTreeMap::new(),
             }],
+            skus: Vec::new(),
         };
         (history, end)
     }
@@ -973,5 +1106,84 @@ mod tests {
         assert_eq!(f.recover_202_ms, Some(505));
         assert_eq!(f.recover_lag_ms, Some(2_000));
         assert_eq!(f.max_lag, 40);
+    }
+
+    /// A sale of two SKUs whose totals add up while one SKU is oversold
+    /// and the other short: only the per-SKU views see it.
+    #[test]
+    fn a_sku_oversold_is_counted_though_the_sale_adds_up() {
+        let mut holds = Vec::new();
+        let mut users = HashMap::new();
+        let mut reservations = Vec::new();
+        for i in 0..6 {
+            let (id, a) = (format!("s.0.{i}"), format!("x{i}"));
+            let mut h = hold(&a, 1, &format!("k{i}"), "held");
+            h.position = Some(0);
+            holds.push((id.clone(), h));
+            users.insert(a.clone(), 1);
+            users.insert(format!("{a}\n0"), 1);
+            let mut r = row(&id, &a, 1, "settled", &format!("k{i}"));
+            r.expires_ms = i64::MAX;
+            reservations.push(r);
+        }
+        let end = Observed {
+            units: 10,
+            per_user_limit: 2,
+            inventory: (6, 0),
+            reservations,
+            payments: Vec::new(),
+            outbox_payments: Vec::new(),
+            shards: vec![RedisShard {
+                stock: Some(0),
+                holds,
+                users,
+                stream: 0,
+                sku_stock: [(1, Some(4))].into(),
+            }],
+            skus: vec![
+                SkuState {
+                    id: "a".into(),
+                    units: 5,
+                    limit: None,
+                    inventory: (6, 0),
+                },
+                SkuState {
+                    id: "b".into(),
+                    units: 5,
+                    limit: None,
+                    inventory: (0, 0),
+                },
+            ],
+        };
+        let wide = check(
+            &[],
+            &Observed {
+                skus: Vec::new(),
+                ..end.clone()
+            }
+            .sale_wide(),
+            None,
+        );
+        assert_eq!(
+            (wide.oversold.count, wide.lost_units.count),
+            (0, 0),
+            "sale-wide it adds up: {wide:#?}"
+        );
+        let f = check(&[], &end, None);
+        assert!(f.oversold.count > 0, "{f:#?}");
+        assert!(
+            f.oversold.examples.iter().all(|e| e.starts_with("SKU a: ")),
+            "{f:#?}"
+        );
+        assert!(f.lost_units.count > 0, "{f:#?}");
+        assert!(
+            f.lost_units
+                .examples
+                .iter()
+                .all(|e| e.starts_with("SKU b: ")),
+            "{f:#?}"
+        );
+        assert_eq!(f.limit_breaches.count, 0, "{f:#?}");
+        assert_eq!((f.sold, f.available, f.still_held), (0, 4, 6));
     }
 }

@@ -85,6 +85,30 @@ pub struct RunArgs {
     pub tail_seconds: u64,
     #[arg(long, default_value_t = 800)]
     pub max_sessions: usize,
+    /// The sale's SKUs, `id` or `id:limit` (its own per-account limit),
+    /// comma-separated; none: a one-SKU sale, requests name no SKU. The
+    /// first takes half the first wishes, the others share the rest; a
+    /// session whose SKU answers `410 sku_sold_out` tries one other.
+    #[arg(long, value_delimiter = ',')]
+    pub skus: Vec<String>,
+}
+
+/// A SKU of `--skus`: its id and own limit.
+fn sku_arg(text: &str) -> (String, Option<i64>) {
+    match text.split_once(':') {
+        Some((id, limit)) => (id.to_string(), limit.parse().ok()),
+        None => (text.to_string(), None),
+    }
+}
+
+/// The SKU a session wants first: the first SKU half the time, else one
+/// of the others (`roll`, `pick` uniform in `[0, 1)`).
+fn first_wish(skus: usize, roll: f64, pick: f64) -> usize {
+    if skus <= 1 || roll < 0.5 {
+        0
+    } else {
+        1 + ((pick * (skus - 1) as f64) as usize).min(skus - 2)
+    }
 }
 
 /// How many times one request is tried (429, 503, no answer) before the
@@ -190,7 +214,15 @@ impl Shared {
         ))
     }
 
-    async fn reserve(&self, op: Op, account: &str, token: &str, key: &str, qty: i64) -> Entry {
+    async fn reserve(
+        &self,
+        op: Op,
+        account: &str,
+        token: &str,
+        key: &str,
+        sku: Option<&str>,
+        qty: i64,
+    ) -> Entry {
         let mut t = Entry::new(op, now_ms());
         t.account = account.to_string();
         t.key = Some(key.to_string());
@@ -199,12 +231,16 @@ impl Shared {
             "{}/api/sales/{}/reservations",
             self.args.origin, self.args.sale
         );
+        let body = match sku {
+            Some(id) => json!({ "sku": id, "qty": qty }),
+            None => json!({ "qty": qty }),
+        };
         self.tried(&t, || {
             self.client
                 .post(&url)
                 .bearer_auth(token)
                 .header("Idempotency-Key", key)
-                .json(&json!({ "qty": qty }))
+                .json(&body)
         })
         .await
         .0
@@ -329,37 +365,59 @@ impl Shared {
     }
 }
 
-/// One person: reserve, maybe replay or reuse the key, then pay, cancel or
-/// walk away.
+/// One person: reserve (a SKU of their choice, and one other if it is sold
+/// out), maybe replay or reuse the key, then pay, cancel or walk away.
 async fn session(s: Arc<Shared>, account: String) {
-    let (qty, replay, reuse, think, roll) = {
+    let skus: Vec<(String, Option<i64>)> = s.args.skus.iter().map(|t| sku_arg(t)).collect();
+    let (qty, replay, reuse, think, roll, wishes) = {
         let mut rng = rand::rng();
         let qty = if s.args.max_qty > 1 && rng.random_bool(s.args.multi) {
             rng.random_range(2..=s.args.max_qty)
         } else {
             1
         };
+        let first = first_wish(skus.len(), rng.random(), rng.random());
+        let second = first_wish(skus.len(), 1.0, rng.random());
         (
             qty,
             rng.random_bool(s.args.replay),
             rng.random_bool(s.args.reuse),
             Duration::from_millis(rng.random_range(100..1_000)),
             rng.random::<f64>(),
+            [first, if second == first { 0 } else { second }],
         )
     };
     let token = s.admit(&account);
-    let key = format!("k-{}", uuid::Uuid::new_v4().simple());
-    let e = s.reserve(Op::Reserve, &account, &token, &key, qty).await;
-    if e.status != Some(202) {
-        return;
+    // One SKU (none named in a one-SKU sale), and a second choice when the
+    // first answers `sku_sold_out`, each with its own key.
+    let mut key = String::new();
+    let mut chosen: Option<(&str, i64)> = None;
+    let mut held = None;
+    for (n, w) in wishes.iter().enumerate() {
+        let sku = skus.get(*w);
+        let q = sku.and_then(|(_, l)| *l).map_or(qty, |l| qty.min(l));
+        key = format!("k-{}", uuid::Uuid::new_v4().simple());
+        let id = sku.map(|(id, _)| id.as_str());
+        let e = s.reserve(Op::Reserve, &account, &token, &key, id, q).await;
+        let sku_gone = e.status == Some(410) && e.code.as_deref() == Some("sku_sold_out");
+        chosen = Some((id.unwrap_or(""), q));
+        held = e.reservation.filter(|_| e.status == Some(202));
+        if !sku_gone || n > 0 || skus.len() <= 1 {
+            break;
+        }
     }
-    let Some(id) = e.reservation else { return };
+    let (Some(id), Some((sku, qty))) = (held, chosen) else {
+        return;
+    };
+    let sku = (!sku.is_empty()).then_some(sku);
     if replay {
-        s.reserve(Op::Replay, &account, &token, &key, qty).await;
+        s.reserve(Op::Replay, &account, &token, &key, sku, qty)
+            .await;
     }
     if reuse {
         let other = if qty == 1 { 2 } else { 1 };
-        s.reserve(Op::Reuse, &account, &token, &key, other).await;
+        s.reserve(Op::Reuse, &account, &token, &key, sku, other)
+            .await;
     }
     tokio::time::sleep(think).await;
     if Instant::now() >= s.deadline {
@@ -500,4 +558,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_the_first_wishes_are_the_first_sku_the_rest_spread() {
+        let mut counts = [0usize; 20];
+        for i in 0..20_000 {
+            let roll = (i % 2) as f64 * 0.5 + 0.25;
+            let pick = ((i / 2) % 1_000) as f64 / 1_000.0;
+            counts[first_wish(20, roll, pick)] += 1;
+        }
+        assert_eq!(counts[0], 10_000);
+        assert!(
+            counts[1..].iter().all(|c| (500..=560).contains(c)),
+            "{counts:?}"
+        );
+        assert_eq!(first_wish(1, 0.9, 0.9), 0);
+        assert_eq!(first_wish(2, 0.9, 0.999), 1);
+    }
+
+    #[test]
+    fn a_sku_argument_is_an_id_and_maybe_a_limit() {
+        assert_eq!(sku_arg("s3"), ("s3".to_string(), None));
+        assert_eq!(sku_arg("s3:1"), ("s3".to_string(), Some(1)));
+    }
 }
