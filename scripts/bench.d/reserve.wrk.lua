@@ -23,7 +23,9 @@
 -- Content-Length, Authorization, Idempotency-Key, body.
 local threads = {}
 local next_id = 0
-local body = '{"qty":1}'
+-- $BENCH_BODY: the reservation's body (scripts/bench sends
+-- {"sku":"hot","qty":1} to its 20-SKU sale); one SKU's sale: {"qty":1}.
+local body = os.getenv("BENCH_BODY") or '{"qty":1}'
 
 function setup(thread)
   thread:set("tid", next_id)
