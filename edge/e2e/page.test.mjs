@@ -130,7 +130,9 @@ async function signInByName(page, name) {
 }
 
 /** The SKU table as shown: [name, price, band] per row. */
-const skuRows = (page) => page.$$eval('#sku-rows tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+// The visible cells of each SKU row (the "At your turn" cell shows only
+// while waiting).
+const skuRows = (page) => page.$$eval('#sku-rows tr', (rows) => rows.map((r) => [...r.cells].filter((c) => !c.hidden).map((c) => c.textContent)));
 /** The SKU picker: { value, options: [[text, disabled]] }. */
 const picker = (page) => page.$eval('#sku', (s) => ({ value: s.value, options: [...s.options].map((o) => [o.textContent, o.disabled]) }));
 /** The reservation POSTs the page made: { key, body } each. */
@@ -571,7 +573,7 @@ test('a one-SKU sale: its row (name, price in the sale currency, "Few left"), no
       // The only unit is held: someone else opening the page sees it.
       const b = await open(browser, { width: 360, saleId: SALE, saleName: NAME }, problems, 'L');
       await b.goto(`${EDGE}/sales/${SALE}`);
-      await b.waitForFunction(() => document.querySelector('#sku-rows td:last-child')?.textContent === 'Sold out', null, { timeout: 30_000 });
+      await b.waitForFunction(() => document.querySelector('#sku-rows tr > :nth-child(3)')?.textContent === 'Sold out', null, { timeout: 30_000 });
       assert.deepEqual(await skuRows(b), [['size-42', '€129.00', 'Sold out']]);
       await states(b, '10b-sku-sold-out', 'Sold out', 'Hết hàng');
     } finally {
@@ -703,4 +705,48 @@ test('a sale of two SKUs: a labelled picker used by keyboard, Quantity up to the
     const gone410 = problems.filter((p) => /status of 410 \(Gone\)/.test(p));
     assert.equal(gone410.length, 1, JSON.stringify(problems));
     assert.deepEqual(problems.filter((p) => !gone410.includes(p)), [], 'no CSP violation, other console error, failed or external request');
+  });
+
+test('while waiting, each SKU row says whether it is likely left at the person\'s turn (the edge\'s estimate: too early to tell before 20 are admitted), en and vi, axe-clean',
+  { skip }, async () => {
+    const SALE = `e2e-outlook-${rid()}`;
+    const NAME = 'Outlook caps';
+    const file = join(process.env.RUN_DIR || tmpdir(), `skus-${SALE}.json`);
+    writeFileSync(file, JSON.stringify([
+      { id: 'cap-red', name: 'Red cap', units: 3, price_cents: 1500 },
+      { id: 'cap-blue', name: 'Blue cap', units: 40, price_cents: 1800 },
+    ]));
+    // 0.05 admitted per second: the people below wait.
+    createSale({
+      sale: SALE, name: NAME, skus: file, 'per-user-limit': 1, shards: 1,
+      'starts-at': 'now', 'admission-rate': 0.05, 'admission-factor': 2,
+    });
+    for (let i = 0; i < 3; i++) {
+      const r = await call('POST', `${EDGE}/api/sales/${SALE}/queue`, { token: userToken(`ol-${i}-${rid()}`) });
+      assert.equal(r.status, 200);
+    }
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: FLAGS });
+    const problems = [];
+    try {
+      const page = await open(browser, { saleId: SALE, saleName: NAME }, problems, 'O');
+      const polls = [];
+      page.on('response', (r) => {
+        if (r.request().method() === 'GET' && r.url().endsWith(`/api/sales/${SALE}/queue`)) polls.push(r.json().catch(() => null));
+      });
+      await page.goto(`${EDGE}/sales/${SALE}#token=${userToken(`olga-${rid()}`)}`);
+      await waitText(page, 'Your place in line: 4', 20_000);
+      await waitText(page, 'Too early to tell', 20_000);
+      const cells = await page.$$eval('#sku-rows tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+      assert.deepEqual(cells.map((r) => [r[0], r[3]]), [['Red cap', 'Too early to tell'], ['Blue cap', 'Too early to tell']]);
+      assert.equal(await page.$eval('#turn-h', (h) => h.hidden), false);
+      // The poll's own answer carries it, per SKU.
+      const outlooks = (await Promise.all(polls)).filter((b) => b?.sku_outlook).map((b) => b.sku_outlook);
+      assert.ok(outlooks.length > 0, 'a poll answered with sku_outlook');
+      assert.deepEqual(outlooks.at(-1), [{ sku: 'cap-red', band: 'unknown' }, { sku: 'cap-blue', band: 'unknown' }]);
+      await states(page, '12-sku-outlook', 'At your turn', 'Khi đến lượt bạn');
+      await states(page, '12b-sku-outlook', 'Too early to tell', 'Chưa đủ dữ liệu');
+    } finally {
+      await browser.close();
+    }
+    assert.deepEqual(problems, []);
   });

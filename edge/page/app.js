@@ -37,6 +37,12 @@
     band_in: ['In stock', 'Còn hàng'],
     band_few: ['Few left', 'Sắp hết'],
     band_out: ['Sold out', 'Hết hàng'],
+    turn_h: ['At your turn', 'Khi đến lượt bạn'],
+    ol_likely: ['Likely left', 'Nhiều khả năng còn'],
+    ol_maybe: ['May run out', 'Có thể hết'],
+    ol_unlikely: ['Likely gone', 'Nhiều khả năng hết'],
+    ol_sold_out: ['Sold out', 'Hết hàng'],
+    ol_unknown: ['Too early to tell', 'Chưa đủ dữ liệu'],
     sku_pick: ['Choose an item', 'Chọn sản phẩm'],
     sku_out: ['(sold out)', '(hết hàng)'],
     sku_sold_out: ['This item is sold out — please pick another.', 'Sản phẩm này đã hết hàng — vui lòng chọn sản phẩm khác.'],
@@ -681,13 +687,19 @@
     show('sku-box', list.length > 1);
     if (`${list.map((k) => k.id)}` !== `${[...sel.options].map((o) => o.value)}`) {
       rows.replaceChildren(...list.map(() => rows.insertRow()));
-      for (const r of rows.rows) r.innerHTML = '<th scope="row"></th><td></td><td></td>';
+      for (const r of rows.rows) r.innerHTML = '<th scope="row"></th><td></td><td></td><td></td>';
       sel.replaceChildren(...list.map((k) => new Option('', k.id)));
     }
+    // While waiting: per SKU, whether it is likely left at this person's
+    // turn (the edge's estimate, docs/skus.md), in a fourth column.
+    const ol = status?.status === 'waiting' ? status.sku_outlook : null;
+    const olBy = Object.fromEntries((ol || []).map((o) => [o.sku, o.band]));
+    show('turn-h', ol);
     list.forEach((k, i) => {
       const b = band(k);
       const price = money(k.price_cents, cur);
-      [k.name, price, t(b)].forEach((x, c) => say2(rows.rows[i].cells[c], x));
+      [k.name, price, t(b), olBy[k.id] ? t(`ol_${olBy[k.id]}`) : ''].forEach((x, c) => say2(rows.rows[i].cells[c], x));
+      rows.rows[i].cells[3].hidden = !ol;
       rows.rows[i].className = b;
       say2(sel.options[i], `${k.name} — ${price}${skuOut(k) ? ` ${t('sku_out')}` : ''}`);
       sel.options[i].disabled = skuOut(k);

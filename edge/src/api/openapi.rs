@@ -190,6 +190,17 @@ pub struct QueueStatus {
     /// Unix seconds.
     admission_expires_at: Option<u64>,
     window_ends_at_ms: Option<u64>,
+    /// While waiting: per SKU, whether it is likely left at this person's
+    /// turn (docs/skus.md); absent when the edge has no recent summary.
+    sku_outlook: Option<Vec<SkuOutlook>>,
+}
+
+/// One SKU's outlook for a waiting person.
+#[derive(ToSchema)]
+pub struct SkuOutlook {
+    sku: String,
+    /// likely, maybe, unlikely, sold_out or unknown (fewer than 20 admitted).
+    band: String,
 }
 
 /// The holder's draw receipt (DESIGN.md "The draw, v2" step 6).

@@ -58,6 +58,12 @@ pub(crate) async fn origin_summary(env: &Env, sale: &str) -> ApiResult<(Value, b
                 return Err(ApiError::sale_not_found(sale));
             }
             if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                // This isolate's memory keeps it too (`recent_summary`: the
+                // per-SKU outlook of a status poll reads it from there).
+                let now = now_ms();
+                STALE_SUMMARY.with(|m| {
+                    bounded_insert(&mut m.borrow_mut(), sale.to_string(), (now, v.clone()))
+                });
                 return Ok((v, false));
             }
         }

@@ -18,8 +18,10 @@ use worker::{Env, Method, Request, Response, js_sys};
 
 use crate::api::error::ApiResult;
 use crate::http::keys::{bearer_of, ring, ticket_claims};
+use crate::http::origin::recent_summary;
 use crate::http::respond::{internal, json_response, now_ms};
 use crate::http::sold_out::sold_out_local;
+use crate::queue::outlook;
 use crate::queue::poll;
 use crate::queue::shards;
 use crate::queue::status::{Snapshot, TICKET_TTL_SECS, holds_turn};
@@ -74,6 +76,7 @@ struct SeenBatch {
 pub(crate) fn forget_memory() {
     SEEN.with(|m| m.borrow_mut().clear());
     SEEN_BATCH.with(|m| m.borrow_mut().clear());
+    SKU_FIGURES.with(|m| m.borrow_mut().clear());
     FLUSH_SCHEDULED.with(|f| f.set(false));
 }
 
@@ -92,7 +95,7 @@ fn status_body(
     s.sold_out = s.sold_out || sold_out_local(sale);
     let admits = || ring(env, "ADMISSION_TOKEN_KEYS");
     let jitter = js_sys::Math::random();
-    poll::status_body(
+    let mut body = poll::status_body(
         admits,
         sale,
         sub,
@@ -102,7 +105,64 @@ fn status_body(
         &s,
         now_ms(),
         jitter,
-    )
+    )?;
+    with_outlook(sale, &mut body);
+    Ok(body)
+}
+
+/// A waiting person's answer carries, per SKU, whether it is likely to be
+/// left at their turn (`queue::outlook`), from the sale's per-SKU figures
+/// this isolate read from the summary in the last few seconds: memory only,
+/// no object or origin call per poll (none in memory: no outlook).
+fn with_outlook(sale: &str, body: &mut Value) {
+    if body["status"] != "waiting" {
+        return;
+    }
+    let (Some(place), Some(position), Some(ahead)) = (
+        body["place"].as_u64(),
+        body["position"].as_u64(),
+        body["ahead"].as_u64(),
+    ) else {
+        return;
+    };
+    let Some(skus) = sku_figures(sale) else {
+        return;
+    };
+    // Places up to the frontier are admitted: place - position of them.
+    body["sku_outlook"] = outlook::outlook(&skus, ahead, place.saturating_sub(position));
+}
+
+/// A sale's per-SKU figures and when they were read (ms).
+type ReadFigures = (u64, Rc<Vec<outlook::SkuFigures>>);
+
+thread_local! {
+    /// `sale` → its per-SKU figures: parsed once per second at most, not on
+    /// every poll.
+    static SKU_FIGURES: RefCell<HashMap<String, ReadFigures>> = RefCell::new(HashMap::new());
+}
+
+/// The sale's per-SKU figures, from the summary this isolate holds (at most
+/// 5 s old), re-read at most once a second.
+fn sku_figures(sale: &str) -> Option<Rc<Vec<outlook::SkuFigures>>> {
+    let now = now_ms();
+    if let Some(f) = SKU_FIGURES.with(|m| {
+        m.borrow()
+            .get(sale)
+            .filter(|(at, _)| now.saturating_sub(*at) < 1_000)
+            .map(|(_, f)| f.clone())
+    }) {
+        return Some(f);
+    }
+    let figures = Rc::new(outlook::figures(&recent_summary(sale, 5_000)?));
+    SKU_FIGURES.with(|m| {
+        bounded(
+            &mut m.borrow_mut(),
+            MAX_SALES,
+            sale.to_string(),
+            (now, figures.clone()),
+        )
+    });
+    Some(figures)
 }
 
 /// A JSON answer that no cache keeps.
