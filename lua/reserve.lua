@@ -66,18 +66,14 @@ if pos ~= nil and ARGV[13] ~= '' then
 end
 
 -- A shard the SKU is not placed on has no key for it: empty here, unless
--- the shard itself is gone (KEYS[1] exists on every live shard).
-local stock
-if pos ~= nil and pos ~= 0 and redis.call('EXISTS', stock_key(pos)) == 0 then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
+-- the shard itself is gone (KEYS[1] exists on every live shard). Asked
+-- only when the SKU's key is missing, so a placed SKU pays nothing for it.
+local stock = stock_for(qty, now, shard, tonumber(ARGV[9]), pos)
+if not stock then
+  if pos == nil or pos == 0 or redis.call('EXISTS', KEYS[1]) == 0 then
     return {7}
   end
   stock = 0
-else
-  stock = stock_for(qty, now, shard, tonumber(ARGV[9]), pos)
-  if not stock then
-    return {7}
-  end
 end
 
 local sku = pos and (',"p":' .. int(pos)) or ''
