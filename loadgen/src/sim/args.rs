@@ -12,8 +12,28 @@ pub struct SaleArgs {
     pub(crate) sale: String,
     #[arg(long, default_value_t = 200_000)]
     pub(crate) accounts: usize,
+    /// Units of the whole sale; with `--skus N` they are split over the N
+    /// SKUs as evenly as possible (each gets units / N, the first
+    /// units % N SKUs one more, SKU 0 first).
     #[arg(long, default_value_t = 1_000)]
     pub(crate) units: i32,
+    /// SKUs the sale sells (1-1000; ids sku-00, sku-01, …, each priced
+    /// 9,900 cents, no limit of their own: the sale-wide
+    /// `--per-user-limit` counts units across all of them). 1: a sale of
+    /// one SKU made the old way (`--units`), reserved with {"qty"} only.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub(crate) skus: u16,
+    /// Share of people whose first wish is SKU 0 (the hot one, e.g. the
+    /// size that takes half the wishes); the others wish uniformly among
+    /// the other SKUs. Not given: every SKU is wished equally.
+    #[arg(long)]
+    pub(crate) hot_share: Option<f64>,
+    /// Probability that a person whose wish answered 410 `sku_sold_out`
+    /// tries one other SKU, drawn uniformly among those not known to be
+    /// sold out (the summary's flags and the 410s seen); otherwise they
+    /// leave.
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) second_choice: f64,
     #[arg(long, default_value_t = 2)]
     pub(crate) per_user_limit: i32,
     #[arg(long, default_value_t = 4)]

@@ -10,6 +10,14 @@
 //! tokens (ADMISSION_TOKEN_KEYS). Admitted people reserve, then pay (the
 //! provider's signed webhook), cancel, or walk away and let the hold expire.
 //!
+//! A sale of several SKUs (`--skus N`, issue 45): each admitted person
+//! reserves their first wish (`crate::sim::demand`: `--hot-share` on SKU 0,
+//! the rest uniform); a 410 `sku_sold_out` sends them, with probability
+//! `--second-choice`, to one other SKU not known to be sold out, else away.
+//! The frontier stops only on the sale's `sold_out` (every SKU gone), as
+//! the edge's does. Per SKU the report counts wishes, second tries, 202s
+//! and 410s beside what Postgres and Redis hold of it.
+//!
 //! Bounded: at most `--accounts` people (≤ 1,000,000), at most
 //! `--max-seconds`, loopback targets only.
 
@@ -28,7 +36,8 @@ use token::{Claims, TokenType};
 use tokio::sync::Mutex;
 
 use crate::sim::args::SaleArgs;
-use crate::sim::report::{Sample, chart, summary_text};
+use crate::sim::demand::{Demand, second_choice, sku_id};
+use crate::sim::report::{Sample, chart, sku_chart, summary_text};
 use crate::sim::sale::{create_sim_sale, invariants};
 
 #[derive(Default)]
@@ -41,6 +50,9 @@ struct Counters {
     holding_units: AtomicI64,
     paid_units: AtomicI64,
     refused_sold_out: AtomicU64,
+    refused_sku_sold_out: AtomicU64,
+    /// 202s naming a SKU other than the one asked for.
+    wrong_sku: AtomicU64,
     refused_limit: AtomicU64,
     retried: AtomicU64,
     errors: AtomicU64,
@@ -48,8 +60,44 @@ struct Counters {
     walked_away: AtomicU64,
 }
 
+/// What the simulator saw of one SKU.
+#[derive(Default)]
+struct SkuCounters {
+    /// Admitted people whose first wish it was.
+    wishes: AtomicU64,
+    /// People who came to it as their second choice.
+    second_choice: AtomicU64,
+    /// 202s (holds granted) for it, first or second choice.
+    accepted: AtomicU64,
+    /// 410 `sku_sold_out` answers for it.
+    sku_sold_out: AtomicU64,
+    /// 410 `sold_out` (the whole sale) answers to a request for it.
+    sale_sold_out: AtomicU64,
+    /// 409s to a request for it.
+    refused_limit: AtomicU64,
+    /// People whose wish it was, answered `sku_sold_out`, who tried no other.
+    gave_up: AtomicU64,
+    /// Of those, the ones for whom no other SKU was left to try (every
+    /// other one known sold out).
+    nothing_open: AtomicU64,
+    /// Units held (granted), and of those paid, as the simulator saw them.
+    units_held: AtomicI64,
+    units_paid: AtomicI64,
+}
+
 struct Shared {
     args: SaleArgs,
+    demand: Demand,
+    /// By position. A sale of one SKU is reserved without naming it.
+    sku_ids: Vec<String>,
+    skus: Vec<SkuCounters>,
+    /// By position: sold out as far as a buyer knows (the summary's flag,
+    /// or a 410 seen since).
+    known_sold_out: Vec<AtomicBool>,
+    /// By position: seconds from the start when the SKU was first seen
+    /// sold out (a 410 for it, or the summary's flag).
+    first_sold_out: std::sync::Mutex<Vec<Option<f64>>>,
+    t_start: Instant,
     client: reqwest::Client,
     ring: token::KeyRing,
     secret: String,
@@ -59,7 +107,52 @@ struct Shared {
     statuses: Mutex<BTreeMap<u16, u64>>,
 }
 
-async fn reserve(s: &Shared, account: &str, qty: i32) -> anyhow::Result<Option<(String, i64)>> {
+/// How one reservation request ended.
+enum Answer {
+    Held {
+        id: String,
+        qty: i64,
+    },
+    /// 410 `sku_sold_out`: this SKU is gone, others may be left.
+    SkuSoldOut,
+    /// Anything else: the sale sold out, a limit, an error.
+    Refused,
+}
+
+impl Shared {
+    /// Seconds from the sale's start (negative before it).
+    fn now_t(&self) -> f64 {
+        let now = Instant::now();
+        if now >= self.t_start {
+            (now - self.t_start).as_secs_f64()
+        } else {
+            -(self.t_start - now).as_secs_f64()
+        }
+    }
+
+    fn saw_sold_out(&self, position: usize, t: f64) {
+        self.known_sold_out[position].store(true, Ordering::Release);
+        if let Ok(mut first) = self.first_sold_out.lock() {
+            first[position].get_or_insert(t);
+        }
+    }
+
+    fn known_sold_out(&self) -> Vec<bool> {
+        self.known_sold_out
+            .iter()
+            .map(|k| k.load(Ordering::Acquire))
+            .collect()
+    }
+}
+
+async fn reserve(s: &Shared, account: &str, qty: i32, position: usize) -> anyhow::Result<Answer> {
+    let sku = &s.skus[position];
+    let multi = s.sku_ids.len() > 1;
+    let request = if multi {
+        json!({"sku": s.sku_ids[position], "qty": qty})
+    } else {
+        json!({"qty": qty})
+    };
     let token = s.ring.sign(&Claims::new(
         TokenType::Admit,
         account,
@@ -79,7 +172,7 @@ async fn reserve(s: &Shared, account: &str, qty: i32) -> anyhow::Result<Option<(
             ))
             .bearer_auth(&token)
             .header("Idempotency-Key", &key)
-            .json(&json!({"qty": qty}))
+            .json(&request)
             .send()
             .await;
         let us = t0.elapsed().as_micros() as u64;
@@ -96,22 +189,38 @@ async fn reserve(s: &Shared, account: &str, qty: i32) -> anyhow::Result<Option<(
         let body: Value = res.json().await.unwrap_or(Value::Null);
         match status {
             202 => {
-                return Ok(Some((
-                    body["reservation_id"]
+                if multi && body["sku"] != *s.sku_ids[position] {
+                    // The 202 names the SKU held: never another one.
+                    s.c.wrong_sku.fetch_add(1, Ordering::Relaxed);
+                }
+                let got = body["qty"].as_i64().unwrap_or(0);
+                sku.accepted.fetch_add(1, Ordering::Relaxed);
+                sku.units_held.fetch_add(got, Ordering::Relaxed);
+                return Ok(Answer::Held {
+                    id: body["reservation_id"]
                         .as_str()
                         .unwrap_or_default()
                         .to_string(),
-                    body["qty"].as_i64().unwrap_or(0),
-                )));
+                    qty: got,
+                });
+            }
+            410 if body["error"]["code"] == "sku_sold_out" => {
+                s.saw_sold_out(position, s.now_t());
+                sku.sku_sold_out.fetch_add(1, Ordering::Relaxed);
+                s.c.refused_sku_sold_out.fetch_add(1, Ordering::Relaxed);
+                return Ok(Answer::SkuSoldOut);
             }
             410 => {
                 s.sold_out.store(true, Ordering::Release);
+                s.saw_sold_out(position, s.now_t());
+                sku.sale_sold_out.fetch_add(1, Ordering::Relaxed);
                 s.c.refused_sold_out.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
+                return Ok(Answer::Refused);
             }
             409 => {
+                sku.refused_limit.fetch_add(1, Ordering::Relaxed);
                 s.c.refused_limit.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
+                return Ok(Answer::Refused);
             }
             429 | 503 => {
                 s.c.retried.fetch_add(1, Ordering::Relaxed);
@@ -119,23 +228,44 @@ async fn reserve(s: &Shared, account: &str, qty: i32) -> anyhow::Result<Option<(
             }
             _ => {
                 s.c.errors.fetch_add(1, Ordering::Relaxed);
-                return Ok(None);
+                return Ok(Answer::Refused);
             }
         }
     }
-    Ok(None)
+    Ok(Answer::Refused)
 }
 
-/// One admitted person: reserve, then pay, cancel or walk away.
+/// One admitted person: reserve their wish (and maybe a second choice),
+/// then pay, cancel or walk away.
 async fn person(s: Arc<Shared>, account: String) {
     let qty = if rand::rng().random_bool(s.args.multi) {
         s.args.per_user_limit
     } else {
         1
     };
-    let outcome = reserve(&s, &account, qty).await;
+    let wish = s.demand.wish(&mut rand::rng());
+    s.skus[wish].wishes.fetch_add(1, Ordering::Relaxed);
+    let mut position = wish;
+    let mut outcome = reserve(&s, &account, qty, wish).await;
+    if let Ok(Answer::SkuSoldOut) = outcome {
+        let known = s.known_sold_out();
+        let other = second_choice(wish, &known, s.args.second_choice, &mut rand::rng());
+        match other {
+            Some(other) => {
+                s.skus[other].second_choice.fetch_add(1, Ordering::Relaxed);
+                position = other;
+                outcome = reserve(&s, &account, qty, other).await;
+            }
+            None => {
+                s.skus[wish].gave_up.fetch_add(1, Ordering::Relaxed);
+                if !known.iter().enumerate().any(|(p, k)| p != wish && !k) {
+                    s.skus[wish].nothing_open.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
     s.c.answered.fetch_add(1, Ordering::Relaxed);
-    let Ok(Some((id, got))) = outcome else {
+    let Ok(Answer::Held { id, qty: got }) = outcome else {
         return;
     };
     s.c.holds.fetch_add(1, Ordering::Relaxed);
@@ -155,6 +285,9 @@ async fn person(s: Arc<Shared>, account: String) {
         if pay(&s, &id, &token).await.unwrap_or(false) {
             s.c.holding_units.fetch_sub(got, Ordering::Relaxed);
             s.c.paid_units.fetch_add(got, Ordering::Relaxed);
+            s.skus[position]
+                .units_paid
+                .fetch_add(got, Ordering::Relaxed);
         }
     } else if roll < s.args.pay + s.args.cancel {
         let ok = s
@@ -203,7 +336,19 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         args.accounts <= 1_000_000 && args.max_seconds <= 1_800,
         "at most 1,000,000 accounts and 1,800 s"
     );
+    anyhow::ensure!(
+        args.hot_share.is_none_or(|h| (0.0..=1.0).contains(&h))
+            && (0.0..=1.0).contains(&args.second_choice),
+        "--hot-share and --second-choice are probabilities (0 to 1)"
+    );
     let state = create_sim_sale(&args, "Simulated sale").await?;
+    let n = usize::from(args.skus);
+    let sku_ids: Vec<String> = if n == 1 {
+        vec![args.sale.clone()]
+    } else {
+        (0..n).map(|p| sku_id(p, n)).collect()
+    };
+    let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
     let shared = Arc::new(Shared {
         client: reqwest::Client::builder()
@@ -216,6 +361,12 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         sold_out: AtomicBool::new(false),
         latency: Mutex::new(Histogram::new(3)?),
         statuses: Mutex::new(BTreeMap::new()),
+        demand: Demand::new(n, args.hot_share),
+        skus: (0..n).map(|_| SkuCounters::default()).collect(),
+        known_sold_out: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        first_sold_out: std::sync::Mutex::new(vec![None; n]),
+        sku_ids,
+        t_start,
         args: args.clone(),
     });
 
@@ -243,7 +394,6 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("{elapsed:>4} [{bar:40}] {pos}/{len} units paid · {msg}")?
             .progress_chars("=> "),
     );
-    let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     let deadline = Instant::now() + Duration::from_secs(args.max_seconds);
     let mut samples = Vec::new();
     let mut frontier = 0.0f64;
@@ -253,7 +403,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let mut available = i64::from(args.units);
     let mut selling_until: Option<f64> = None;
     let mut tasks = tokio::task::JoinSet::new();
-    loop {
+    let ended = loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let now = Instant::now();
         let t = if now >= t_start {
@@ -283,6 +433,18 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
                 available = v["units_available"].as_i64().unwrap_or(available);
                 if v["sold_out"] == false {
                     shared.sold_out.store(false, Ordering::Release);
+                }
+                // What the page would show: each SKU's sold-out flag (a SKU
+                // comes back while expired holds would give it units).
+                for k in v["skus"].as_array().into_iter().flatten() {
+                    let Some(p) = shared.sku_ids.iter().position(|id| k["id"] == **id) else {
+                        continue;
+                    };
+                    if k["sold_out"] == true {
+                        shared.saw_sold_out(p, t);
+                    } else if k["sold_out"] == false {
+                        shared.known_sold_out[p].store(false, Ordering::Release);
+                    }
                 }
             }
         }
@@ -327,13 +489,16 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             arrived.saturating_sub(next as u64)
         ));
         while tasks.try_join_next().is_some() {}
-        if paid >= i64::from(args.units)
-            || now >= deadline
-            || (next == queue.len() && tasks.is_empty())
-        {
-            break;
+        if paid >= i64::from(args.units) {
+            break "every unit paid";
         }
-    }
+        if now >= deadline {
+            break "--max-seconds reached";
+        }
+        if next == queue.len() && tasks.is_empty() {
+            break "every person came and went";
+        }
+    };
     bar.finish();
     tasks.abort_all();
     let elapsed = samples.last().map(|s| s.t).unwrap_or(0.0);
@@ -346,7 +511,11 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let checks = invariants(&state, &sale).await?;
+    let mut checks = invariants(&state, &sale).await?;
+    let sku_truth = checks
+        .as_object_mut()
+        .and_then(|o| o.remove("skus"))
+        .unwrap_or_default();
     let selling_end = selling_until.unwrap_or(elapsed).max(0.1);
     let req_in_selling = samples
         .iter()
@@ -357,6 +526,32 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let origin_rate = req_in_selling as f64 / selling_end;
     let lat = shared.latency.lock().await;
     let c = &shared.c;
+    let first_sold_out = shared
+        .first_sold_out
+        .lock()
+        .map(|f| f.clone())
+        .unwrap_or_default();
+    // Per SKU: what the simulator saw beside what Postgres and Redis hold.
+    let skus: Vec<Value> = shared
+        .skus
+        .iter()
+        .enumerate()
+        .map(|(p, k)| {
+            let mut row = sku_truth[p].clone();
+            row["wishes"] = json!(k.wishes.load(Ordering::Relaxed));
+            row["second_choice_attempts"] = json!(k.second_choice.load(Ordering::Relaxed));
+            row["accepted_202"] = json!(k.accepted.load(Ordering::Relaxed));
+            row["refused_sku_sold_out"] = json!(k.sku_sold_out.load(Ordering::Relaxed));
+            row["refused_sold_out"] = json!(k.sale_sold_out.load(Ordering::Relaxed));
+            row["refused_limit"] = json!(k.refused_limit.load(Ordering::Relaxed));
+            row["gave_up"] = json!(k.gave_up.load(Ordering::Relaxed));
+            row["gave_up_nothing_open"] = json!(k.nothing_open.load(Ordering::Relaxed));
+            row["units_held_seen"] = json!(k.units_held.load(Ordering::Relaxed));
+            row["units_paid_seen"] = json!(k.units_paid.load(Ordering::Relaxed));
+            row["first_seen_sold_out_s"] = json!(first_sold_out.get(p).copied().flatten());
+            row
+        })
+        .collect();
     let report = json!({
         "sale": args.sale,
         "mode": "origin (direct, simulator admits at the admission rate)",
@@ -366,13 +561,19 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "per_user_limit": args.per_user_limit,
         "shards": args.shards,
         "admission_rate": args.admission_rate,
+        "sku_count": n,
+        "hot_share": shared.demand.hot_share,
+        "second_choice": args.second_choice,
         "seconds": elapsed,
+        "ended": ended,
         "admitted": c.admitted.load(Ordering::Relaxed),
         "holds_granted": c.holds.load(Ordering::Relaxed),
         "paid_units_seen": c.paid_units.load(Ordering::Relaxed),
         "cancelled": c.cancelled.load(Ordering::Relaxed),
         "walked_away": c.walked_away.load(Ordering::Relaxed),
         "refused_sold_out": c.refused_sold_out.load(Ordering::Relaxed),
+        "refused_sku_sold_out": c.refused_sku_sold_out.load(Ordering::Relaxed),
+        "accepted_naming_another_sku": c.wrong_sku.load(Ordering::Relaxed),
         "refused_limit": c.refused_limit.load(Ordering::Relaxed),
         "retried_429_503": c.retried.load(Ordering::Relaxed),
         "errors": c.errors.load(Ordering::Relaxed),
@@ -387,6 +588,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "origin_reservation_rate": origin_rate,
         "origin_rate_over_admission_rate": origin_rate / args.admission_rate,
         "invariants": checks,
+        "skus": skus,
     });
     drop(lat);
     std::fs::create_dir_all(&args.output)?;
@@ -396,14 +598,26 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&json!({"report": report, "samples": samples}))?,
     )?;
     chart(&samples, args.admission_rate, &format!("{base}.svg"))?;
+    if n > 1 {
+        sku_chart(&report, &format!("{base}-skus.svg"))?;
+    }
     let summary = summary_text(&report);
     std::fs::write(format!("{base}.txt"), &summary)?;
     println!("{summary}");
-    println!("report: {base}.json, chart: {base}.svg");
+    if n > 1 {
+        println!("report: {base}.json, charts: {base}.svg, {base}-skus.svg");
+    } else {
+        println!("report: {base}.json, chart: {base}.svg");
+    }
     anyhow::ensure!(
         report["invariants"]["all_hold"] == true,
         "an invariant failed: {}",
         report["invariants"]
+    );
+    anyhow::ensure!(
+        report["accepted_naming_another_sku"] == 0,
+        "{} reservations answered 202 naming another SKU than the one asked for",
+        report["accepted_naming_another_sku"]
     );
     Ok(())
 }

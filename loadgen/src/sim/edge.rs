@@ -740,6 +740,12 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         (0.0..=60.0).contains(&args.edge.outage_seconds),
         "--outage-seconds: 0 to 60"
     );
+    // People here reserve {"qty"} only, which a sale of several SKUs
+    // refuses (422 `sku_required`): SKUs are simulated in direct mode.
+    anyhow::ensure!(
+        args.skus == 1,
+        "edge mode sells one SKU; --skus is for direct mode (without --edge)"
+    );
     let state = create_sim_sale(&args, "Simulated sale through the edge").await?;
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     // The outage: the origin stopped (SIGSTOP: connections are accepted

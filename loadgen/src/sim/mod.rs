@@ -3,9 +3,11 @@
 //! plays the edge) or through the real edge (`edge`), then the invariants
 //! read back from Postgres and Redis.
 //!
-//! Imports flow one way: `direct` and `edge` → (`sale`, `report`) → `args`.
+//! Imports flow one way: `direct` and `edge` → (`sale`, `report`) → `args`;
+//! `demand` (the crowd's SKU choices, pure) is used by `direct` and `sale`.
 
 pub mod args;
+pub mod demand;
 pub mod direct;
 pub mod edge;
 pub mod report;
