@@ -4,7 +4,7 @@
 //! together, under a race of many clients on one Redis and on the 3-master
 //! cluster; every refusal has its own code; a cancel gives the unit back to
 //! its own SKU; settlement records each hold's SKU; a lost shard is rebuilt
-//! per SKU.
+//! per SKU, and drift on one SKU's stock is repaired on that key alone.
 
 use std::collections::{HashMap, HashSet};
 
@@ -594,6 +594,78 @@ async fn a_lost_shard_is_rebuilt_per_sku() {
         (s, b["error"]["code"].as_str()),
         (409, Some("per_user_limit")),
         "{b}"
+    );
+    app.stop().await;
+}
+
+/// The reconciler compares and repairs each SKU's stock key on its own:
+/// drift on one SKU's key (the sale's total drifting with it) is found
+/// there, repaired from Postgres, and a key of another SKU that did not
+/// drift is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconciler_repairs_each_skus_stock_on_its_own() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..Default::default()
+    })
+    .await;
+    app.create_sale(spec(
+        "drift",
+        vec![sku("x", 100, None), sku("y", 70, None)],
+        4,
+        2,
+    ))
+    .await;
+    let sale = app.state.sales.get("drift").await.unwrap().unwrap();
+    for a in 0..6 {
+        let t = app.admit(&format!("d{a}"), "drift");
+        for (k, body) in [
+            ("k1", r#"{"sku":"x","qty":2}"#),
+            ("k2", r#"{"sku":"y","qty":1}"#),
+        ] {
+            let (s, b, _) = app.reserve("drift", Some(&t), Some(k), body).await;
+            assert_eq!(s, 202, "{b}");
+        }
+    }
+    let settler = app.state.settler();
+    for s in 0..2 {
+        while settler.settle_shard(&sale, s).await.unwrap().entries > 0 {}
+    }
+    let report =
+        origin::settle::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+            .await
+            .unwrap();
+    assert_eq!(
+        (report.drift, report.repaired_shards.len()),
+        (0, 0),
+        "{report:?}"
+    );
+    // y's key on the shard where it holds most drifts up by 3.
+    let mut conn = app.redis().await;
+    let y = sale.placement(1);
+    let shard = (0..2).find(|i| y.holds(*i)).unwrap();
+    let key = sale.shards[shard].stock_of(1);
+    let before: i64 = conn.get(&key).await.unwrap();
+    let x_before: i64 = conn.get(&sale.shards[shard].stock).await.unwrap();
+    let _: i64 = conn.incr(&key, 3).await.unwrap();
+    let report =
+        origin::settle::reconcile::reconcile_sale(&app.state.engine, &app.state.pool, &sale, true)
+            .await
+            .unwrap();
+    assert_eq!(
+        (report.drift, report.repaired_shards.clone()),
+        (3, vec![shard]),
+        "{report:?}"
+    );
+    assert_eq!(
+        conn.get::<_, i64>(&key).await.unwrap(),
+        before,
+        "y repaired"
+    );
+    assert_eq!(
+        conn.get::<_, i64>(&sale.shards[shard].stock).await.unwrap(),
+        x_before,
+        "x untouched"
     );
     app.stop().await;
 }
