@@ -13,7 +13,7 @@ use crate::ops::startup::{self, Application};
 use crate::ops::state::AppState;
 use crate::ops::telemetry;
 use crate::ops::workers::Workers;
-use crate::reserve::engine::Engine;
+use crate::reserve::engine::SkuStock;
 use crate::reserve::store;
 use crate::sales::registry::SaleRegistry;
 use crate::sales::sku::{SkuSpec, parse_sku_file, parse_sku_flag};
@@ -715,13 +715,7 @@ async fn show_sale(id: &str) -> anyhow::Result<()> {
         .context("connecting to Redis")?;
     let mut shards = Vec::new();
     let (mut holds, mut lag, mut dead) = (0i64, 0i64, 0i64);
-    let engine_stock = Engine {
-        conn: conn.clone(),
-        scripts: crate::reserve::scripts::Scripts::load(),
-        acker: None,
-    }
-    .sku_stock(&sale)
-    .await?;
+    let engine_stock = SkuStock::read(&conn, &sale).await?;
     let available: i64 = engine_stock.available.iter().sum();
     let skus: Vec<serde_json::Value> = sale
         .config

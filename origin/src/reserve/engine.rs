@@ -656,7 +656,7 @@ impl Engine {
     ///
     /// `sku`: the SKU at that position only; `None`: any SKU of the sale
     /// (the sale is sold out only when every SKU is). Read by
-    /// [`Engine::sku_stock`]: a call or two per shard, not per SKU. Expired
+    /// [`SkuStock::read`]: a call or two per shard, not per SKU. Expired
     /// holds count for every SKU of their shard (the index is per shard): a
     /// SKU may read as selling until a reservation reclaims them, never the
     /// other way round.
@@ -665,14 +665,10 @@ impl Engine {
         sale: &Sale,
         sku: Option<i32>,
     ) -> Result<StockState, RedisError> {
-        let stock = self.sku_stock(sale).await?;
-        let selling = |p: usize| {
-            stock.available.get(p).is_some_and(|a| *a > 0)
-                || stock.expiring.get(p).copied().unwrap_or(false)
-        };
+        let stock = SkuStock::read(&self.conn, sale).await?;
         let any = match sku {
-            Some(p) => usize::try_from(p).is_ok_and(selling),
-            None => (0..stock.available.len()).any(selling),
+            Some(p) => usize::try_from(p).is_ok_and(|p| stock.selling(p)),
+            None => (0..stock.available.len()).any(|p| stock.selling(p)),
         };
         Ok(if any {
             StockState::Selling
@@ -684,7 +680,7 @@ impl Engine {
     }
 }
 
-/// Each SKU's units in Redis ([`Engine::sku_stock`]).
+/// Each SKU's units in Redis ([`SkuStock::read`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SkuStock {
     /// By position: the units on the stock keys of the SKU's shards.
@@ -697,12 +693,12 @@ pub struct SkuStock {
     pub lost: bool,
 }
 
-impl Engine {
+impl SkuStock {
     /// Every SKU's units in Redis: one MGET (every stock key placed on the
     /// shard, one slot) and one ZCOUNT (expired holds) per shard, however
-    /// many SKUs.
-    pub async fn sku_stock(&self, sale: &Sale) -> Result<SkuStock, RedisError> {
-        let mut conn = self.conn.clone();
+    /// many SKUs. Only reads, so any connection will do (the CLI's too).
+    pub async fn read(conn: &RedisConn, sale: &Sale) -> Result<SkuStock, RedisError> {
+        let mut conn = conn.clone();
         // Redis's clock, as the scripts that expire holds use it.
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         let now = secs * 1000 + micros / 1000;
@@ -733,6 +729,19 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Whether the SKU at `position` can still sell: units on its keys, or
+    /// expired holds on its shards that a reservation would reclaim.
+    pub fn selling(&self, position: usize) -> bool {
+        self.available.get(position).is_some_and(|a| *a > 0)
+            || self.expiring.get(position).copied().unwrap_or(false)
+    }
+
+    /// Whether the SKU at `position` is known to be sold out: not selling,
+    /// and no stock key lost (a lost key is not an empty one).
+    pub fn sold_out(&self, position: usize) -> bool {
+        !self.lost && !self.selling(position)
     }
 }
 

@@ -73,7 +73,7 @@ async fn publish_sale_gauges(engine: &Engine, sale: &Sale) {
         .set(sale.config.admission_rate);
     metrics::gauge!("flashsale_units_total", "sale" => id.clone())
         .set(f64::from(sale.config.units_total));
-    let Ok(stock) = engine.sku_stock(sale).await else {
+    let Ok(stock) = crate::reserve::engine::SkuStock::read(&engine.conn, sale).await else {
         return;
     };
     let available: i64 = stock.available.iter().sum();

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use crate::http::error::ApiError;
 use crate::ops::state::AppState;
+use crate::reserve::engine::SkuStock;
 use crate::sales::sale::{Phase, Sale};
 
 /// How long the summary waits for Postgres' sold figure. The edge admits by
@@ -91,11 +92,9 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         .increment(1);
     // Per SKU: its units in Redis, and whether expired holds would give it
     // units back; a SKU is sold out when it has neither.
-    let stock = app.engine.sku_stock(sale).await?;
+    let stock = SkuStock::read(&app.engine.conn, sale).await?;
     let sku_available = &stock.available;
-    let sku_sold_out: Vec<bool> = (0..cfg.skus.len())
-        .map(|p| !stock.lost && sku_available[p] == 0 && !stock.expiring[p])
-        .collect();
+    let sku_sold_out: Vec<bool> = (0..cfg.skus.len()).map(|p| stock.sold_out(p)).collect();
     let available: i64 = sku_available.iter().sum();
     let (sold, sold_stale) = sold_units(app, &cfg.id).await;
     let total = i64::from(cfg.units_total);
