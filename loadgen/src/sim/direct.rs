@@ -18,12 +18,18 @@
 //! the edge's does. Per SKU the report counts wishes, second tries, 202s
 //! and 410s beside what Postgres and Redis hold of it.
 //!
+//! Each person's first wish is drawn before the sale, so that once a second
+//! (as the Worker reads its summary) the simulator can tell a sample of the
+//! people waiting what the queue page would tell them about that SKU ("At
+//! your turn", `edge::queue::outlook`), and the report can say per band how
+//! often the SKU was there at their turn (`crate::sim::outlook`).
+//!
 //! Bounded: at most `--accounts` people (≤ 1,000,000), at most
 //! `--max-seconds`, loopback targets only.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -37,8 +43,13 @@ use tokio::sync::Mutex;
 
 use crate::sim::args::SaleArgs;
 use crate::sim::demand::{Demand, second_choice, sku_id};
+use crate::sim::outlook::{Told, Turn, broken_promise, sample, tally};
 use crate::sim::report::{Sample, chart, sku_chart, summary_text};
 use crate::sim::sale::{create_sim_sale, invariants};
+
+/// Waiting people told their "At your turn" band per summary read (once a
+/// second): enough to count every band, bounded whatever the crowd.
+const OUTLOOK_SAMPLE: usize = 200;
 
 #[derive(Default)]
 struct Counters {
@@ -87,7 +98,13 @@ struct SkuCounters {
 
 struct Shared {
     args: SaleArgs,
-    demand: Demand,
+    /// By place in the queue: the position of the SKU the person wants
+    /// first (`Demand::wish`), drawn before the sale so that what the page
+    /// tells them while they wait is about the SKU they will ask for.
+    wishes: Vec<usize>,
+    /// By place in the queue: what their turn showed of their wish
+    /// (`Turn::code`), for the "At your turn" check.
+    turns: Vec<AtomicU8>,
     /// By position. A sale of one SKU is reserved without naming it.
     sku_ids: Vec<String>,
     skus: Vec<SkuCounters>,
@@ -115,6 +132,8 @@ enum Answer {
     },
     /// 410 `sku_sold_out`: this SKU is gone, others may be left.
     SkuSoldOut,
+    /// 410 `sold_out`: the whole sale is.
+    SoldOut,
     /// Anything else: the sale sold out, a limit, an error.
     Refused,
 }
@@ -215,7 +234,7 @@ async fn reserve(s: &Shared, account: &str, qty: i32, position: usize) -> anyhow
                 s.saw_sold_out(position, s.now_t());
                 sku.sale_sold_out.fetch_add(1, Ordering::Relaxed);
                 s.c.refused_sold_out.fetch_add(1, Ordering::Relaxed);
-                return Ok(Answer::Refused);
+                return Ok(Answer::SoldOut);
             }
             409 => {
                 sku.refused_limit.fetch_add(1, Ordering::Relaxed);
@@ -235,18 +254,25 @@ async fn reserve(s: &Shared, account: &str, qty: i32, position: usize) -> anyhow
     Ok(Answer::Refused)
 }
 
-/// One admitted person: reserve their wish (and maybe a second choice),
-/// then pay, cancel or walk away.
-async fn person(s: Arc<Shared>, account: String) {
+/// One admitted person (`place` in the queue): reserve their wish (and
+/// maybe a second choice), then pay, cancel or walk away.
+async fn person(s: Arc<Shared>, place: usize) {
+    let account = format!("sim-{place}");
     let qty = if rand::rng().random_bool(s.args.multi) {
         s.args.per_user_limit
     } else {
         1
     };
-    let wish = s.demand.wish(&mut rand::rng());
+    let wish = s.wishes[place];
     s.skus[wish].wishes.fetch_add(1, Ordering::Relaxed);
     let mut position = wish;
     let mut outcome = reserve(&s, &account, qty, wish).await;
+    let turn = match outcome {
+        Ok(Answer::Held { .. }) => Turn::There,
+        Ok(Answer::SkuSoldOut | Answer::SoldOut) => Turn::Gone,
+        _ => Turn::Unknown,
+    };
+    s.turns[place].store(turn.code(), Ordering::Release);
     if let Ok(Answer::SkuSoldOut) = outcome {
         let known = s.known_sold_out();
         let other = second_choice(wish, &known, s.args.second_choice, &mut rand::rng());
@@ -349,27 +375,6 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         (0..n).map(|p| sku_id(p, n)).collect()
     };
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
-    let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
-    let shared = Arc::new(Shared {
-        client: reqwest::Client::builder()
-            .pool_max_idle_per_host(256)
-            .timeout(Duration::from_secs(10))
-            .build()?,
-        ring: state.settings.admission_keys.clone(),
-        secret: secret.split(',').next().unwrap_or_default().to_string(),
-        c: Counters::default(),
-        sold_out: AtomicBool::new(false),
-        latency: Mutex::new(Histogram::new(3)?),
-        statuses: Mutex::new(BTreeMap::new()),
-        demand: Demand::new(n, args.hot_share),
-        skus: (0..n).map(|_| SkuCounters::default()).collect(),
-        known_sold_out: (0..n).map(|_| AtomicBool::new(false)).collect(),
-        first_sold_out: std::sync::Mutex::new(vec![None; n]),
-        sku_ids,
-        t_start,
-        args: args.clone(),
-    });
-
     // Arrivals (seconds from the sale's start; negative = pre-queue).
     let mut rng = rand::rng();
     let mut arrivals: Vec<(f64, usize)> = (0..args.accounts)
@@ -388,6 +393,29 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let mut queue: Vec<(f64, usize)> = arrivals.clone();
     queue[..pre].shuffle(&mut rng);
     let arrival_times: Vec<f64> = arrivals.iter().map(|(t, _)| *t).collect();
+    let demand = Demand::new(n, args.hot_share);
+    let wishes: Vec<usize> = (0..queue.len()).map(|_| demand.wish(&mut rng)).collect();
+    let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
+    let shared = Arc::new(Shared {
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .timeout(Duration::from_secs(10))
+            .build()?,
+        ring: state.settings.admission_keys.clone(),
+        secret: secret.split(',').next().unwrap_or_default().to_string(),
+        c: Counters::default(),
+        sold_out: AtomicBool::new(false),
+        latency: Mutex::new(Histogram::new(3)?),
+        statuses: Mutex::new(BTreeMap::new()),
+        turns: (0..wishes.len()).map(|_| AtomicU8::new(0)).collect(),
+        wishes,
+        skus: (0..n).map(|_| SkuCounters::default()).collect(),
+        known_sold_out: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        first_sold_out: std::sync::Mutex::new(vec![None; n]),
+        sku_ids,
+        t_start,
+        args: args.clone(),
+    });
 
     let bar = ProgressBar::new(args.units as u64);
     bar.set_style(
@@ -403,6 +431,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let mut available = i64::from(args.units);
     let mut selling_until: Option<f64> = None;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut told: Vec<Told> = Vec::new();
     let ended = loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
         let now = Instant::now();
@@ -446,6 +475,27 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
                         shared.known_sold_out[p].store(false, Ordering::Release);
                     }
                 }
+                // What the page would tell a sample of the people waiting
+                // about the SKU each wants, from this summary, as the
+                // Worker does. After the start every pre-queued person has
+                // arrived, so the people waiting are places next..arrived.
+                if t >= 0.0 {
+                    let figures = edge::queue::outlook::figures(&v);
+                    let arrived = arrival_times.partition_point(|a| *a <= t);
+                    for place in sample(next, arrived, OUTLOOK_SAMPLE) {
+                        let sku = shared.wishes[place];
+                        let Some(f) = figures.iter().find(|f| *f.id == shared.sku_ids[sku]) else {
+                            continue;
+                        };
+                        let band =
+                            edge::queue::outlook::band(f, (place - next) as u64, next as u64);
+                        told.push(Told {
+                            person: place,
+                            sku,
+                            band,
+                        });
+                    }
+                }
             }
         }
         let sold_out = shared.sold_out.load(Ordering::Acquire);
@@ -466,9 +516,8 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             && queue[next].0 <= t
             && room > 0
         {
-            let account = format!("sim-{}", queue[next].1);
             shared.c.admitted.fetch_add(1, Ordering::Relaxed);
-            tasks.spawn(person(shared.clone(), account));
+            tasks.spawn(person(shared.clone(), next));
             next += 1;
             room -= 1;
         }
@@ -501,6 +550,23 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     };
     bar.finish();
     tasks.abort_all();
+    // Whoever never had a turn because the sale sold out first: their SKU
+    // was gone. Cut short by --max-seconds, their turn is unknown.
+    if ended == "every unit paid" || shared.sold_out.load(Ordering::Acquire) {
+        for turn in &shared.turns[next..] {
+            let _ = turn.compare_exchange(
+                Turn::Unknown.code(),
+                Turn::Gone.code(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+    let outlook_check = tally(
+        &told,
+        |place| Turn::from_code(shared.turns[place].load(Ordering::Acquire)),
+        (n > 1).then_some(0),
+    );
     let elapsed = samples.last().map(|s| s.t).unwrap_or(0.0);
 
     // Wait for settlement to drain, then read the truth.
@@ -562,7 +628,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "shards": args.shards,
         "admission_rate": args.admission_rate,
         "sku_count": n,
-        "hot_share": shared.demand.hot_share,
+        "hot_share": demand.hot_share,
         "second_choice": args.second_choice,
         "seconds": elapsed,
         "ended": ended,
@@ -589,6 +655,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "origin_rate_over_admission_rate": origin_rate / args.admission_rate,
         "invariants": checks,
         "skus": skus,
+        "outlook_check": outlook_check,
     });
     drop(lat);
     std::fs::create_dir_all(&args.output)?;
@@ -614,6 +681,9 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
         "an invariant failed: {}",
         report["invariants"]
     );
+    if let Some(broken) = broken_promise(&report["outlook_check"]) {
+        anyhow::bail!("the \"At your turn\" bands broke their promise: {broken}");
+    }
     anyhow::ensure!(
         report["accepted_naming_another_sku"] == 0,
         "{} reservations answered 202 naming another SKU than the one asked for",

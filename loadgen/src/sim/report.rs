@@ -140,6 +140,7 @@ fn sku_text(r: &Value, skus: &[Value]) -> String {
         left = total("gave_up"),
         none = total("gave_up_nothing_open"),
     ));
+    t.push_str(&outlook_text(&r["outlook_check"]));
     t.push_str(&format!(
         "per SKU: no SKU oversold {a}; every SKU sold out exactly {b}; paid rows = skus.sold {c}; Redis holds + available + sold = units {d}; Postgres held + sold + available = units {e}",
         a = inv["no_sku_oversold"],
@@ -148,6 +149,33 @@ fn sku_text(r: &Value, skus: &[Value]) -> String {
         d = inv["sku_redis_adds_up"],
         e = inv["sku_postgres_adds_up"],
     ));
+    t
+}
+
+/// The "At your turn" check (`crate::sim::outlook`): per band, how often
+/// the wanted SKU was there at the person's turn.
+fn outlook_text(check: &Value) -> String {
+    let Some(bands) = check["bands"].as_object() else {
+        return String::new();
+    };
+    let mut t = format!(
+        "\"At your turn\" told {} times to {} waiting people (their wish):",
+        check["told"], check["people"]
+    );
+    for (name, b) in bands {
+        if b["told"] == 0 {
+            continue;
+        }
+        let share = b["share_there"]
+            .as_f64()
+            .map_or("-".to_string(), |s| format!("{:.0} %", s * 100.0));
+        t.push_str(&format!(
+            " {name}: told {}, there at their turn {share} of {};",
+            b["told"], b["judged"]
+        ));
+    }
+    t.pop();
+    t.push('\n');
     t
 }
 
