@@ -1032,3 +1032,62 @@ async fn skus_are_given_by_flag_or_file_and_bad_ones_write_nothing() {
         assert_eq!(written().await, before, "{what:?}: nothing written");
     }
 }
+
+/// `EVENTS_SINK=kafka` (issue 46): the brokers are required and checked,
+/// the topic name is one Kafka accepts, the numbers are positive; the
+/// `KAFKA_*` variables are shown as unused with the Redis stream.
+#[test]
+fn config_check_names_the_kafka_problems() {
+    let user = ring_env("usr1");
+    let admission = ring_env("adm1");
+    let keys = [
+        ("USER_TOKEN_KEYS", user.as_str()),
+        ("ADMISSION_TOKEN_KEYS", admission.as_str()),
+    ];
+    let check = |extra: &[(&str, &str)]| {
+        let env: Vec<(&str, &str)> = keys.iter().chain(extra).copied().collect();
+        let out = origin(&["config", "check"], &env);
+        (out.status.code(), text(&out))
+    };
+    for (env, problems) in [
+        (
+            vec![("EVENTS_SINK", "kafka")],
+            vec!["KAFKA_BROKERS = \"\": EVENTS_SINK=kafka needs the brokers"],
+        ),
+        (
+            vec![
+                ("EVENTS_SINK", "kafka"),
+                ("KAFKA_BROKERS", "10.0.0.9:9092,broker-without-port"),
+                ("KAFKA_TOPIC", "flash sale/events"),
+                ("KAFKA_PARTITIONS", "0"),
+            ],
+            vec![
+                "KAFKA_BROKERS = \"broker-without-port\": each broker is host:port",
+                "KAFKA_TOPIC = \"flash sale/events\": a topic is 1 to 249 of letters",
+                "KAFKA_PARTITIONS = \"0\": a positive integer",
+                "3 configuration problems",
+            ],
+        ),
+        (
+            vec![("EVENTS_SINK", "carrier-pigeon")],
+            vec!["EVENTS_SINK = \"carrier-pigeon\": use redis or kafka"],
+        ),
+    ] {
+        let (code, all) = check(&env);
+        assert_eq!(code, Some(1), "{all}");
+        for p in problems {
+            assert!(all.contains(p), "missing {p:?} in:\n{all}");
+        }
+    }
+    let (code, all) = check(&[
+        ("EVENTS_SINK", "kafka"),
+        ("KAFKA_BROKERS", "10.0.0.9:9092, 10.0.0.10:9092"),
+        ("KAFKA_TOPIC", "shop.flash-events"),
+    ]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(all.contains("shop.flash-events"), "{all}");
+    assert!(!all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
+    let (code, all) = check(&[]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
+}

@@ -7,13 +7,15 @@
 //! `TEST_REDIS_LOGS=<dir>` keeps the logs of the Redis servers and sentinels
 //! tests start (`redis-<port or socket dir>.log`, `sentinel-<port>.log`).
 
+pub mod broker;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use origin::ops::configuration::{AckMode, RedisTarget, Settings};
+use origin::ops::configuration::{AckMode, EventsSink, RedisTarget, Settings};
 use origin::ops::startup::Application;
 use origin::ops::state::AppState;
 use origin::ops::workers::Workers;
@@ -209,6 +211,9 @@ pub struct AppOptions {
     pub max_in_flight: usize,
     pub sweep_interval: Duration,
     pub reconcile_interval: Duration,
+    /// Where the outbox relay publishes (the Redis stream unless a test
+    /// runs a broker).
+    pub events: EventsSink,
 }
 
 impl Default for AppOptions {
@@ -220,6 +225,7 @@ impl Default for AppOptions {
             max_in_flight: 1_000_000,
             sweep_interval: Duration::from_millis(200),
             reconcile_interval: Duration::from_secs(60),
+            events: EventsSink::RedisStream,
         }
     }
 }
@@ -255,6 +261,7 @@ impl TestApp {
             shutdown_grace: Duration::from_secs(10),
             auto_migrate: true,
             dev_mode: true,
+            events: opts.events.clone(),
         };
         let app = Application::build(settings, opts.workers)
             .await

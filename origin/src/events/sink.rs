@@ -17,11 +17,28 @@ pub struct OutboxEvent {
     #[sqlx(rename = "type")]
     pub kind: String,
     pub payload: serde_json::Value,
+    /// When the state change it announces was committed (the outbox row's
+    /// `created_at`).
+    pub created_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Where events go. Pluggable: a shop may publish to its own bus instead.
 pub trait Sink: Send + Sync {
     fn publish(&self, event: &OutboxEvent) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Publishes `events` in their order; returns only when every one was
+    /// accepted. A sink that can send a batch at once overrides this.
+    fn publish_batch(
+        &self,
+        events: &[OutboxEvent],
+    ) -> impl Future<Output = anyhow::Result<()>> + Send {
+        async move {
+            for e in events {
+                self.publish(e).await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// The events stream keeps about this many entries (trimmed as it grows):

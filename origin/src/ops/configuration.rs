@@ -210,6 +210,48 @@ pub const ENV_VARS: &[EnvVar] = &[
         secret: false,
         meaning: "first part of this process's settlement consumer name (container runtimes set it)",
     },
+    EnvVar {
+        name: "EVENTS_SINK",
+        default: Fallback::Value("redis"),
+        secret: false,
+        meaning: "where the outbox relay publishes every event (docs/events.md): `redis`, the stream `<prefix>:events`; `kafka`, the topic `KAFKA_TOPIC` on `KAFKA_BROKERS` (created when missing; `acks=all`; a row is marked published only after the broker acknowledged it)",
+    },
+    EnvVar {
+        name: "KAFKA_BROKERS",
+        default: Fallback::Unset,
+        secret: false,
+        meaning: "comma-separated bootstrap brokers, `host:port`; required with `EVENTS_SINK=kafka`",
+    },
+    EnvVar {
+        name: "KAFKA_TOPIC",
+        default: Fallback::Value("flashsale.events"),
+        secret: false,
+        meaning: "the events topic (letters, digits, `.`, `_`, `-`; at most 249); records keyed `<sale>/<sku>` so one SKU's events keep their order",
+    },
+    EnvVar {
+        name: "KAFKA_PARTITIONS",
+        default: Fallback::Value("6"),
+        secret: false,
+        meaning: "partitions of the topic when the relay creates it (an existing topic is used as it is)",
+    },
+    EnvVar {
+        name: "KAFKA_REPLICATION_FACTOR",
+        default: Fallback::Value("3"),
+        secret: false,
+        meaning: "replication factor of the topic when the relay creates it (1 for a one-broker dev setup)",
+    },
+    EnvVar {
+        name: "KAFKA_CLIENT_ID",
+        default: Fallback::Value("flashsale-origin"),
+        secret: false,
+        meaning: "the client id the relay gives the brokers (quotas, broker logs)",
+    },
+    EnvVar {
+        name: "KAFKA_TIMEOUT_MS",
+        default: Fallback::Value("10000"),
+        secret: false,
+        meaning: "a produce, retries included, that takes longer fails; the batch stays in the outbox and is sent again (same event ids)",
+    },
 ];
 
 /// Where the speed layer lives.
@@ -311,6 +353,31 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+/// Where the outbox relay publishes (`EVENTS_SINK`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventsSink {
+    /// The Redis stream `<prefix>:events` (the default).
+    RedisStream,
+    /// A Kafka topic (issue 46).
+    Kafka(KafkaSettings),
+}
+
+/// Where and how the relay produces (`KAFKA_*`; the sink is `crate::events::kafka`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// Bootstrap brokers, `host:port`.
+    pub brokers: Vec<String>,
+    pub topic: String,
+    /// Partitions of the topic when the relay creates it.
+    pub partitions: i32,
+    /// Replication factor of the topic when the relay creates it.
+    pub replication: i16,
+    pub client_id: String,
+    /// A produce (its retries included) that takes longer fails; the relay
+    /// tries the batch again later and the rows stay unpublished meanwhile.
+    pub timeout: Duration,
+}
+
 /// Everything `origin serve` needs. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -345,6 +412,8 @@ pub struct Settings {
     pub auto_migrate: bool,
     /// Dev-only conveniences (the dev payment provider endpoint).
     pub dev_mode: bool,
+    /// Where the outbox relay publishes.
+    pub events: EventsSink,
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -713,6 +782,84 @@ fn keep<T>(errors: &mut Vec<ConfigError>, r: Result<T, ConfigError>) -> Option<T
     r.map_err(|e| errors.push(e)).ok()
 }
 
+/// A Kafka topic name as the brokers accept it.
+fn valid_topic(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// `EVENTS_SINK` and, for `kafka`, the `KAFKA_*` variables.
+fn events_sink(errors: &mut Vec<ConfigError>) -> Option<EventsSink> {
+    match var_or_default("EVENTS_SINK").trim() {
+        "redis" => Some(EventsSink::RedisStream),
+        "kafka" => {
+            let brokers: Vec<String> = var("KAFKA_BROKERS")
+                .unwrap_or_default()
+                .split(',')
+                .map(|b| b.trim().to_string())
+                .filter(|b| !b.is_empty())
+                .collect();
+            let bad = brokers.iter().find(|b| {
+                !b.rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+            });
+            if brokers.is_empty() {
+                errors.push(ConfigError::Invalid {
+                    var: "KAFKA_BROKERS",
+                    value: String::new(),
+                    why: "EVENTS_SINK=kafka needs the brokers (host:port, comma-separated)".into(),
+                });
+            } else if let Some(b) = bad {
+                errors.push(ConfigError::Invalid {
+                    var: "KAFKA_BROKERS",
+                    value: b.clone(),
+                    why: "each broker is host:port".into(),
+                });
+            }
+            let topic = var_or_default("KAFKA_TOPIC").trim().to_string();
+            if !valid_topic(&topic) {
+                errors.push(ConfigError::Invalid {
+                    var: "KAFKA_TOPIC",
+                    value: topic.clone(),
+                    why: "a topic is 1 to 249 of letters, digits, '.', '_', '-'".into(),
+                });
+            }
+            let partitions = keep(
+                errors,
+                positive::<i32>("KAFKA_PARTITIONS", "a positive integer"),
+            );
+            let replication = keep(
+                errors,
+                positive::<i16>("KAFKA_REPLICATION_FACTOR", "a positive integer"),
+            );
+            let timeout = keep(errors, duration_ms("KAFKA_TIMEOUT_MS"));
+            let client_id = var_or_default("KAFKA_CLIENT_ID").trim().to_string();
+            (!brokers.is_empty() && bad.is_none() && valid_topic(&topic)).then_some(())?;
+            Some(EventsSink::Kafka(KafkaSettings {
+                brokers,
+                topic,
+                partitions: partitions?,
+                replication: replication?,
+                client_id,
+                timeout: timeout?,
+            }))
+        }
+        other => {
+            errors.push(ConfigError::Invalid {
+                var: "EVENTS_SINK",
+                value: other.into(),
+                why: "use redis or kafka".into(),
+            });
+            None
+        }
+    }
+}
+
 impl Settings {
     /// Reads and checks everything `origin serve` needs; every problem at once.
     pub fn from_env() -> Result<Self, ConfigErrors> {
@@ -745,6 +892,7 @@ impl Settings {
         let workers_nice = keep(e, nice("ORIGIN_WORKERS_NICE"));
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
         let auto_migrate = keep(e, auto_migrate());
+        let events = events_sink(e);
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -773,6 +921,7 @@ impl Settings {
             metrics_addr,
             pg_pool_size,
             workers_nice,
+            events,
         ) {
             (
                 Some(addr),
@@ -792,6 +941,7 @@ impl Settings {
                 Some(metrics_addr),
                 Some(pg_pool_size),
                 Some(workers_nice),
+                Some(events),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -812,6 +962,7 @@ impl Settings {
                 shutdown_grace,
                 auto_migrate,
                 dev_mode,
+                events,
             }),
             _ => Err(ConfigErrors(errs)),
         }
@@ -861,6 +1012,7 @@ pub fn effective() -> Vec<Effective> {
     let cluster = var("REDIS_CLUSTER_NODES").is_some();
     let sentinel = var("REDIS_SENTINEL").is_some();
     let wait = var_or_default("REDIS_ACK").trim() == "wait";
+    let kafka = var_or_default("EVENTS_SINK").trim() == "kafka";
     ENV_VARS
         .iter()
         .map(|v| {
@@ -899,6 +1051,9 @@ pub fn effective() -> Vec<Effective> {
             }
             if matches!(v.name, "REDIS_ACK_TIMEOUT_MS" | "REDIS_ACK_CONNECTIONS") && !wait {
                 shown.push_str(" (unused: REDIS_ACK is not wait)");
+            }
+            if v.name.starts_with("KAFKA_") && !kafka {
+                shown.push_str(" (unused: EVENTS_SINK is not kafka)");
             }
             Effective {
                 name: v.name,
@@ -993,6 +1148,7 @@ mod tests {
             shutdown_grace: Duration::from_secs(1),
             auto_migrate: true,
             dev_mode: false,
+            events: EventsSink::RedisStream,
         };
         let text = format!("{s:?}");
         for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {

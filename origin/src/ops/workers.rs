@@ -31,6 +31,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::events::relay;
 use crate::events::sink::RedisStreamSink;
+use crate::ops::configuration::EventsSink;
 use crate::ops::configuration::Settings;
 use crate::ops::db::pg_pool;
 use crate::ops::state;
@@ -176,11 +177,18 @@ async fn run(
         tasks.spawn(settler.run(stop.clone()));
     }
     if which.relay {
-        tasks.spawn(relay::run(
-            pool.clone(),
-            RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
-            stop.clone(),
-        ));
+        match &settings.events {
+            EventsSink::RedisStream => {
+                tasks.spawn(relay::run(
+                    pool.clone(),
+                    RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
+                    stop.clone(),
+                ));
+            }
+            EventsSink::Kafka(kafka) => {
+                tasks.spawn(relay::run_kafka(pool.clone(), kafka.clone(), stop.clone()));
+            }
+        }
     }
     if which.reconcile {
         tasks.spawn(reconcile::run(
