@@ -25,7 +25,22 @@ local threads = {}
 local next_id = 0
 -- $BENCH_BODY: the reservation's body (scripts/bench sends
 -- {"sku":"hot","qty":1} to its 20-SKU sale); one SKU's sale: {"qty":1}.
+-- $BENCH_SKU_IDS: a file of SKU ids, one per line, all of one length
+-- (uniform demand, issue 45): request i asks for id i mod n, so every SKU
+-- is asked equally, and the body keeps one length (Content-Length is in
+-- the prebuilt head).
 local body = os.getenv("BENCH_BODY") or '{"qty":1}'
+local sku_file = os.getenv("BENCH_SKU_IDS")
+local tails = nil
+if sku_file then
+  tails = {}
+  for id in io.lines(sku_file) do
+    local b = '{"sku":"' .. id .. '","qty":1}'
+    assert(#tails == 0 or #b == #body, "BENCH_SKU_IDS: ids of one length")
+    body = b
+    tails[#tails + 1] = "\r\n\r\n" .. b
+  end
+end
 
 function setup(thread)
   thread:set("tid", next_id)
@@ -54,5 +69,8 @@ local tail = "\r\n\r\n" .. body
 
 function request()
   counter = counter + 1
+  if tails then
+    return heads[(counter % #heads) + 1] .. counter .. tails[(counter % #tails) + 1]
+  end
   return heads[(counter % #heads) + 1] .. counter .. tail
 end
