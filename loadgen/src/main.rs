@@ -40,6 +40,9 @@ enum Command {
     LatencyCurve(bench::curve::LatencyCurveArgs),
     /// Settlement throughput, batched against row-at-a-time, in one run.
     BenchSettle(bench::settle::BenchSettleArgs),
+    /// The outbox relay to Kafka against a plain producer of the same
+    /// messages to the same broker, in one run (scripts/bench-events).
+    BenchRelay(bench::relay::BenchRelayArgs),
     /// Prints admit tokens (one per line) for load tools such as wrk.
     Tokens(bench::tokens::TokensArgs),
     /// One chart and table of several edge-mode sale reports (e.g. the
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
             Command::BenchOrigin(a) => bench::open_loop::bench_origin(a).await,
             Command::LatencyCurve(a) => bench::curve::latency_curve(a).await,
             Command::BenchSettle(a) => bench::settle::bench_settle(a).await,
+            Command::BenchRelay(a) => bench::relay::bench_relay(a).await,
             Command::Tokens(a) => bench::tokens::tokens(a),
             Command::Compare(a) => sim::edge::compare(a),
             Command::Chaos(c) => chaos::command::run(c).await,
