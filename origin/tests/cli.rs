@@ -19,6 +19,23 @@ fn origin(args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("origin binary runs")
 }
 
+/// `origin config check` with valid token keys and `extra`: (exit code,
+/// everything it printed).
+fn config_check(extra: &[(&str, &str)]) -> (Option<i32>, String) {
+    let user = ring_env("usr1");
+    let admission = ring_env("adm1");
+    let env: Vec<(&str, &str)> = [
+        ("USER_TOKEN_KEYS", user.as_str()),
+        ("ADMISSION_TOKEN_KEYS", admission.as_str()),
+    ]
+    .iter()
+    .chain(extra)
+    .copied()
+    .collect();
+    let out = origin(&["config", "check"], &env);
+    (out.status.code(), text(&out))
+}
+
 /// An origin with no background workers, and the Redis URL it uses.
 async fn idle_app() -> (TestApp, String) {
     let app = TestApp::spawn_with(AppOptions {
@@ -164,17 +181,6 @@ fn config_check_lists_every_problem_and_prints_no_secret() {
 /// answers to "where is Redis" and `wait` on a Cluster are refused.
 #[test]
 fn config_check_names_the_redis_sentinel_and_ack_problems() {
-    let user = ring_env("usr1");
-    let admission = ring_env("adm1");
-    let keys = [
-        ("USER_TOKEN_KEYS", user.as_str()),
-        ("ADMISSION_TOKEN_KEYS", admission.as_str()),
-    ];
-    let check = |extra: &[(&str, &str)]| {
-        let env: Vec<(&str, &str)> = keys.iter().chain(extra).copied().collect();
-        let out = origin(&["config", "check"], &env);
-        (out.status.code(), text(&out))
-    };
     for (env, problems) in [
         (
             vec![
@@ -212,7 +218,7 @@ fn config_check_names_the_redis_sentinel_and_ack_problems() {
             vec!["REDIS_SENTINEL = \"nonsense\": each entry must be host:port"],
         ),
     ] {
-        let (code, all) = check(&env);
+        let (code, all) = config_check(&env);
         assert_eq!(code, Some(1), "{all}");
         for p in problems {
             assert!(all.contains(p), "missing {p:?} in:\n{all}");
@@ -220,7 +226,7 @@ fn config_check_names_the_redis_sentinel_and_ack_problems() {
         assert!(!all.contains("sentinel-pass-42"), "{all}");
     }
     // A good one: shown masked, with what it leaves unused.
-    let (code, all) = check(&[
+    let (code, all) = config_check(&[
         (
             "REDIS_SENTINEL",
             "redis://:sentinel-pass-42@10.0.0.5:26379,10.0.0.6:26379",
@@ -239,7 +245,7 @@ fn config_check_names_the_redis_sentinel_and_ack_problems() {
         assert!(all.contains(shown), "missing {shown:?} in:\n{all}");
     }
     assert!(!all.contains("sentinel-pass-42"), "{all}");
-    let (_, all) = check(&[("REDIS_ACK", "local")]);
+    let (_, all) = config_check(&[("REDIS_ACK", "local")]);
     assert!(all.contains("(unused: REDIS_SENTINEL is not set)"), "{all}");
     assert!(all.contains("(unused: REDIS_ACK is not wait)"), "{all}");
 }
@@ -1038,17 +1044,6 @@ async fn skus_are_given_by_flag_or_file_and_bad_ones_write_nothing() {
 /// `KAFKA_*` variables are shown as unused with the Redis stream.
 #[test]
 fn config_check_names_the_kafka_problems() {
-    let user = ring_env("usr1");
-    let admission = ring_env("adm1");
-    let keys = [
-        ("USER_TOKEN_KEYS", user.as_str()),
-        ("ADMISSION_TOKEN_KEYS", admission.as_str()),
-    ];
-    let check = |extra: &[(&str, &str)]| {
-        let env: Vec<(&str, &str)> = keys.iter().chain(extra).copied().collect();
-        let out = origin(&["config", "check"], &env);
-        (out.status.code(), text(&out))
-    };
     for (env, problems) in [
         (
             vec![("EVENTS_SINK", "kafka")],
@@ -1073,13 +1068,13 @@ fn config_check_names_the_kafka_problems() {
             vec!["EVENTS_SINK = \"carrier-pigeon\": use redis or kafka"],
         ),
     ] {
-        let (code, all) = check(&env);
+        let (code, all) = config_check(&env);
         assert_eq!(code, Some(1), "{all}");
         for p in problems {
             assert!(all.contains(p), "missing {p:?} in:\n{all}");
         }
     }
-    let (code, all) = check(&[
+    let (code, all) = config_check(&[
         ("EVENTS_SINK", "kafka"),
         ("KAFKA_BROKERS", "10.0.0.9:9092, 10.0.0.10:9092"),
         ("KAFKA_TOPIC", "shop.flash-events"),
@@ -1087,7 +1082,7 @@ fn config_check_names_the_kafka_problems() {
     assert_eq!(code, Some(0), "{all}");
     assert!(all.contains("shop.flash-events"), "{all}");
     assert!(!all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
-    let (code, all) = check(&[]);
+    let (code, all) = config_check(&[]);
     assert_eq!(code, Some(0), "{all}");
     assert!(all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
 }
