@@ -4,15 +4,17 @@
 //! changes nothing; a purchase charges the held SKU's price under the SKU's
 //! own limit; every event names the SKU; and migration 0014 moves a
 //! database filled under the old schema to one SKU per sale, every row kept
-//! (and 0015 counts each SKU's held and sold units from its reservations).
+//! (and 0015 counts each SKU's held and sold units from its reservations;
+//! 0016 keeps the id and name rules off the counters' path).
 
 use std::borrow::Cow;
 use std::time::Duration;
 
+use origin::ops::workers::Workers;
 use origin::sales::sku::SkuSpec;
 use origin::sales::spec::SaleSpec;
 use serde_json::{Value, json};
-use tests::{TestApp, TestDb, sale_spec};
+use tests::{AppOptions, TestApp, TestDb, sale_spec};
 
 async fn pay(app: &TestApp, payment: &str, amount: i64) {
     let (s, r) = app
@@ -255,4 +257,80 @@ async fn migration_0014_moves_every_old_sale_to_one_sku_and_keeps_every_row() {
     assert_eq!(sale.config.skus[0].price_cents, 2500);
     pool.close().await;
     tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// Migration 0016 took the id and name rules off the counters' path (a
+/// trigger on INSERT and UPDATE OF id, name instead of CHECKs evaluated on
+/// every settlement UPDATE): Postgres still refuses a SKU whose id is not a
+/// slug or whose name is empty or too long, on insert and on update, under
+/// the old constraint names; a counters-only UPDATE still meets the units
+/// guard (skus_units_kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_still_refuses_a_bad_sku_id_or_name_and_the_counters_keep_their_guard() {
+    let app = TestApp::spawn_with(AppOptions {
+        workers: Workers::NONE,
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(sale_spec("guarded", 5, 2, 1)).await;
+    let pool = &app.state.pool;
+    let refused = |sql: &'static str| async move {
+        match sqlx::query(sql).execute(pool).await {
+            Err(sqlx::Error::Database(e)) => (
+                e.code().map(|c| c.to_string()),
+                e.constraint().map(str::to_string),
+            ),
+            other => panic!("{sql}: expected a refusal, got {other:?}"),
+        }
+    };
+    let insert = |id: &str, name: &str| {
+        format!(
+            "INSERT INTO skus (sale_id, id, position, name, price_cents, units_total)
+             VALUES ('guarded', '{id}', 7, '{name}', 100, 1)"
+        )
+    };
+    for (sql, constraint) in [
+        (insert("Not A Slug", "ok"), "skus_id_check"),
+        (insert("-lead", "ok"), "skus_id_check"),
+        (insert("fine", ""), "skus_name_check"),
+        (insert("fine", &"n".repeat(201)), "skus_name_check"),
+    ] {
+        let sql: &'static str = Box::leak(sql.into_boxed_str());
+        assert_eq!(
+            refused(sql).await,
+            (Some("23514".to_string()), Some(constraint.to_string())),
+            "{sql}"
+        );
+    }
+    assert_eq!(
+        refused("UPDATE skus SET id = 'BAD' WHERE sale_id = 'guarded'")
+            .await
+            .1
+            .as_deref(),
+        Some("skus_id_check")
+    );
+    assert_eq!(
+        refused("UPDATE skus SET name = '' WHERE sale_id = 'guarded'")
+            .await
+            .1
+            .as_deref(),
+        Some("skus_name_check")
+    );
+    assert_eq!(
+        refused("UPDATE skus SET held = held + 6 WHERE sale_id = 'guarded'")
+            .await
+            .1
+            .as_deref(),
+        Some("skus_units_kept")
+    );
+    // A good SKU goes in, and its counters move within its units.
+    sqlx::query(&insert("size-42", "Size 42"))
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE skus SET held = held + 1 WHERE sale_id = 'guarded' AND id = 'size-42'")
+        .execute(pool)
+        .await
+        .unwrap();
+    app.stop().await;
 }
