@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::http::error::ApiError;
 use crate::payments::webhook::Event;
-use crate::sales::sku::{self, Sku, SkuChoice};
+use crate::sales::sku::{Sku, SkuChoice};
 
 /// Why a body is not the one asked for, before any value is looked at.
 enum Shape {
@@ -68,9 +68,12 @@ pub struct ReserveBody {
 /// for a SKU the sale does not sell, `422 sku_required` when `sku` is left
 /// out of a sale of several SKUs, `422 invalid_qty` when `n` is outside
 /// `1..=limit` (the lower of the sale's and the SKU's).
+///
+/// `find` names the SKU (`Sale::sku`: by an index of the ids, as a sale may
+/// sell 1,000; `sku::resolve` over a slice in the tests).
 pub fn reservation_request<'a>(
     body: &[u8],
-    skus: &'a [Sku],
+    find: impl FnOnce(Option<&str>) -> Result<&'a Sku, SkuChoice>,
     limit: i32,
 ) -> Result<(&'a Sku, i64), ApiError> {
     let parsed: ReserveBody = read(body, Value::is_object).map_err(|e| match e {
@@ -86,7 +89,7 @@ pub fn reservation_request<'a>(
             "body must be {\"sku\": \"<id>\", \"qty\": n}: qty is a whole number",
         ));
     }
-    let sku = sku::resolve(skus, parsed.sku.as_deref()).map_err(|e| match e {
+    let sku = find(parsed.sku.as_deref()).map_err(|e| match e {
         SkuChoice::Unknown => ApiError::not_found("unknown_sku", "this sale sells no such SKU"),
         SkuChoice::Required => ApiError::unprocessable(
             "sku_required",
@@ -202,7 +205,7 @@ mod tests {
     /// The qty of a body for a sale of one SKU, `only`.
     fn reservation_qty(body: &[u8], limit: i32) -> Result<i64, ApiError> {
         let one = [sku("only", 0, None)];
-        reservation_request(body, &one, limit).map(|(_, q)| q)
+        reservation_request(body, |n| crate::sales::sku::resolve(&one, n), limit).map(|(_, q)| q)
     }
 
     #[test]
@@ -210,7 +213,7 @@ mod tests {
         let one = [sku("only", 0, None)];
         let three = [sku("s", 0, None), sku("m", 1, Some(1)), sku("l", 2, None)];
         let ask = |body: &[u8], skus: &[Sku]| {
-            reservation_request(body, skus, 3)
+            reservation_request(body, |n| crate::sales::sku::resolve(skus, n), 3)
                 .map(|(s, q)| (s.id.clone(), q))
                 .map_err(|e| e.code())
         };

@@ -7,6 +7,7 @@
 //! - the sold-out flag is only ever a cache: it is set after every shard
 //!   said empty and is rechecked against Redis at most 1 s later.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::reserve::store::ShardKeys;
 pub use crate::sales::bounds::valid_sale_id;
 use crate::sales::placement::Placement;
 pub use crate::sales::placement::shard_units;
-use crate::sales::sku::{SKU_COLUMNS, Sku};
+use crate::sales::sku::{self, SKU_COLUMNS, Sku, SkuChoice};
 
 /// A sale as configured.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -89,6 +90,9 @@ pub struct Sale {
     pub shards: Vec<ShardKeys>,
     /// By position: the shards each SKU is on ([`Placement`]).
     pub placements: Vec<Placement>,
+    /// SKU id → index in `config.skus`: a reservation names its SKU by id,
+    /// and a sale may sell 1,000 (a linear scan cost ~1 µs a request there).
+    sku_index: HashMap<String, usize>,
 }
 
 impl Sale {
@@ -103,16 +107,36 @@ impl Sale {
             .iter()
             .map(|s| Placement::of(s.units_total, s.position, config.skus.len(), shards.len()))
             .collect();
+        let sku_index = config
+            .skus
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect();
         Sale {
             config,
             shards,
             placements,
+            sku_index,
         }
     }
 
     /// Whether the sale sells several SKUs. Only then do holds, counts and
     /// records carry a SKU position: a one-SKU sale keeps the layout it had
     /// before SKUs, so its keys and records stay valid as they are.
+    /// The SKU a reservation is for: the one named, or the only one
+    /// (`sku::resolve`'s rule, by the index).
+    pub fn sku(&self, named: Option<&str>) -> Result<&Sku, SkuChoice> {
+        match named {
+            Some(id) => self
+                .sku_index
+                .get(id)
+                .and_then(|&i| self.config.skus.get(i))
+                .ok_or(SkuChoice::Unknown),
+            None => sku::resolve(&self.config.skus, None),
+        }
+    }
+
     pub fn multi_sku(&self) -> bool {
         self.config.skus.len() > 1
     }
@@ -267,5 +291,58 @@ mod tests {
                 assert_eq!(sum, units);
             }
         }
+    }
+
+    fn sale_of(skus: usize) -> Sale {
+        let config = SaleConfig {
+            id: "s".into(),
+            name: "s".into(),
+            price_cents: 100,
+            units_total: skus as i32 * 10,
+            per_user_limit: 2,
+            shards: 4,
+            shard_tags: vec!["a".into(), "b".into(), "c".into(), "d".into()],
+            starts_at: Utc::now(),
+            ends_at: None,
+            hold_seconds: 60,
+            admission_rate: 1.0,
+            admission_factor: 2.0,
+            queue_shards: 1,
+            paused: false,
+            admission_p99_ms: 50.0,
+            bot_check: "none".into(),
+            join_limit: 1_000,
+            currency: "EUR".into(),
+            draw_beacon: None,
+            skus: (0..skus)
+                .map(|p| Sku {
+                    id: format!("u{p:04}"),
+                    name: "n".into(),
+                    price_cents: 100,
+                    units_total: 10,
+                    per_user_limit: None,
+                    position: p as i32,
+                })
+                .collect(),
+        };
+        Sale::new(config, "fs")
+    }
+
+    #[test]
+    fn the_index_finds_what_the_scan_finds() {
+        for n in [1, 2, 1_000] {
+            let sale = sale_of(n);
+            for k in &sale.config.skus {
+                assert_eq!(sale.sku(Some(&k.id)), Ok(k));
+                assert_eq!(
+                    sale.sku(Some(&k.id)),
+                    sku::resolve(&sale.config.skus, Some(&k.id))
+                );
+            }
+            assert_eq!(sale.sku(Some("nope")), Err(SkuChoice::Unknown));
+            assert_eq!(sale.sku(None), sku::resolve(&sale.config.skus, None));
+        }
+        assert_eq!(sale_of(1).sku(None).map(|k| k.position), Ok(0));
+        assert_eq!(sale_of(2).sku(None), Err(SkuChoice::Required));
     }
 }

@@ -158,7 +158,8 @@ async fn create_inner(
     let sale = load_sale(app, sale_id).await?;
     let cfg = &sale.config;
     let key = idempotency_key(headers)?;
-    let (sku, qty) = crate::http::bodies::reservation_request(body, &cfg.skus, cfg.per_user_limit)?;
+    let (sku, qty) =
+        crate::http::bodies::reservation_request(body, |n| sale.sku(n), cfg.per_user_limit)?;
     match cfg.phase_by_time(Utc::now()) {
         Phase::Upcoming => {
             return Err(ApiError::conflict(
