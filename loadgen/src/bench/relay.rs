@@ -109,15 +109,7 @@ async fn plain_producer(
             let env = envelope(e);
             by.entry(partition_for(env.key.as_bytes(), n))
                 .or_default()
-                .push(Record {
-                    key: Some(env.key.into_bytes()),
-                    value: Some(serde_json::to_vec(&env.value)?),
-                    headers: BTreeMap::from([
-                        ("event_id".into(), env.event_id.into_bytes()),
-                        ("event_type".into(), env.event_type.into_bytes()),
-                    ]),
-                    timestamp: env.occurred_at,
-                });
+                .push(KafkaSink::record(&env)?);
         }
         try_join_all(by.into_iter().map(|(p, records)| {
             let pc = &partitions[p as usize];

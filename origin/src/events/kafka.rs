@@ -86,7 +86,9 @@ impl KafkaSink {
         self.partitions.len() as i32
     }
 
-    fn record(e: &Envelope) -> anyhow::Result<Record> {
+    /// The Kafka record of one event: key, headers `event_id` and
+    /// `event_type`, the envelope as value, committed-at as timestamp.
+    pub fn record(e: &Envelope) -> anyhow::Result<Record> {
         Ok(Record {
             key: Some(e.key.clone().into_bytes()),
             value: Some(serde_json::to_vec(&e.value)?),
