@@ -377,22 +377,22 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
     let t_start = Instant::now() + Duration::from_secs_f64(args.prestart_seconds);
     // Arrivals (seconds from the sale's start; negative = pre-queue).
     let mut rng = rand::rng();
-    let mut arrivals: Vec<(f64, usize)> = (0..args.accounts)
-        .map(|i| {
-            let t = if rng.random_bool(args.prestart_share) {
+    // Accounts are named by their place in the queue (`person`), so an
+    // arrival is only its time.
+    let mut arrival_times: Vec<f64> = (0..args.accounts)
+        .map(|_| {
+            if rng.random_bool(args.prestart_share) {
                 -rng.random_range(0.0..args.prestart_seconds)
             } else {
                 -args.burst_seconds * (1.0 - rng.random::<f64>()).ln()
-            };
-            (t, i)
+            }
         })
         .collect();
-    arrivals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    arrival_times.sort_by(f64::total_cmp);
     // The queue: the pre-queue drawn uniformly at random, then FIFO.
-    let pre = arrivals.iter().take_while(|(t, _)| *t < 0.0).count();
-    let mut queue: Vec<(f64, usize)> = arrivals.clone();
+    let pre = arrival_times.iter().take_while(|t| **t < 0.0).count();
+    let mut queue: Vec<f64> = arrival_times.clone();
     queue[..pre].shuffle(&mut rng);
-    let arrival_times: Vec<f64> = arrivals.iter().map(|(t, _)| *t).collect();
     let demand = Demand::new(n, args.hot_share);
     let wishes: Vec<usize> = (0..queue.len()).map(|_| demand.wish(&mut rng)).collect();
     let secret = std::env::var("PAYMENT_WEBHOOK_SECRET").context("PAYMENT_WEBHOOK_SECRET")?;
@@ -511,10 +511,7 @@ pub async fn run(args: SaleArgs) -> anyhow::Result<()> {
             - shared.c.answered.load(Ordering::Relaxed) as i64;
         let cap = (args.admission_factor * available.max(0) as f64) as i64;
         let mut room = (cap - admitted_waiting).max(0);
-        while next < queue.len()
-            && (next as f64) < frontier.floor()
-            && queue[next].0 <= t
-            && room > 0
+        while next < queue.len() && (next as f64) < frontier.floor() && queue[next] <= t && room > 0
         {
             shared.c.admitted.fetch_add(1, Ordering::Relaxed);
             tasks.spawn(person(shared.clone(), next));
