@@ -1086,3 +1086,107 @@ fn config_check_names_the_kafka_problems() {
     assert_eq!(code, Some(0), "{all}");
     assert!(all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_endpoints_are_added_listed_rotated_and_removed_and_bad_ones_write_nothing() {
+    let (app, redis) = idle_app().await;
+    let env = db_env(&app, &redis);
+    let with_private: Vec<(&str, &str)> = env
+        .iter()
+        .copied()
+        .chain([("WEBHOOK_ALLOW_PRIVATE", "1")])
+        .collect();
+    for (args, env, says) in [
+        (vec!["--url", "not a url"], &env[..], "not a URL"),
+        (
+            vec!["--url", "http://shop.example/hook"],
+            &env[..],
+            "scheme http refused",
+        ),
+        (
+            vec!["--url", "https://10.1.2.3/hook"],
+            &env[..],
+            "10.1.2.3 is a loopback, private",
+        ),
+        (
+            vec!["--url", "https://[::1]:8443/hook"],
+            &env[..],
+            "::1 is a loopback, private",
+        ),
+        (
+            vec!["--url", "https://localhost:8443/hook"],
+            &env[..],
+            "is a loopback, private",
+        ),
+        (
+            vec![
+                "--url",
+                "http://127.0.0.1:9/hook",
+                "--events",
+                "order.paid,order.shipped",
+            ],
+            &with_private[..],
+            "unknown event type \"order.shipped\"",
+        ),
+        (
+            vec!["--url", "https://shop.example/hook"],
+            &[
+                ("DATABASE_URL", app.db.url.as_str()),
+                ("WEBHOOK_ALLOW_PRIVATE", "maybe"),
+            ][..],
+            "WEBHOOK_ALLOW_PRIVATE = \"maybe\"",
+        ),
+    ] {
+        let mut all = vec!["webhook", "add"];
+        all.extend(args.iter().copied());
+        let out = origin(&all, env);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_endpoints")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "a refused endpoint writes nothing");
+
+    let out = origin(
+        &[
+            "webhook",
+            "add",
+            "--url",
+            "http://127.0.0.1:9/hook",
+            "--events",
+            "order.paid, payment.refund_required",
+        ],
+        &with_private,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let added: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = added["id"].as_str().unwrap().to_string();
+    let secret = added["secret"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("whsec_"), "{added}");
+    assert_eq!(
+        added["events"],
+        serde_json::json!(["order.paid", "payment.refund_required"])
+    );
+    let out = origin(&["webhook", "list"], &env);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        listed.contains(&id) && !listed.contains(&secret),
+        "{listed}"
+    );
+    let out = origin(&["webhook", "rotate", &id], &env);
+    let rotated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(rotated["secret"].as_str(), Some(secret.as_str()));
+    let out = origin(&["webhook", "remove", &id], &env);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = origin(&["webhook", "remove", &id], &env);
+    assert!(
+        !out.status.success() && text(&out).contains("no endpoint"),
+        "{}",
+        text(&out)
+    );
+    let out = origin(&["webhook", "list"], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    app.stop().await;
+}

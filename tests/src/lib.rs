@@ -214,6 +214,9 @@ pub struct AppOptions {
     /// Where the outbox relay publishes (the Redis stream unless a test
     /// runs a broker).
     pub events: EventsSink,
+    /// How webhooks are delivered: loopback endpoints allowed (the tests'
+    /// receivers), and whatever schedule a test needs.
+    pub webhooks: origin::ops::configuration::WebhookSettings,
 }
 
 impl Default for AppOptions {
@@ -226,6 +229,10 @@ impl Default for AppOptions {
             sweep_interval: Duration::from_millis(200),
             reconcile_interval: Duration::from_secs(60),
             events: EventsSink::RedisStream,
+            webhooks: origin::ops::configuration::WebhookSettings {
+                allow_private: true,
+                ..Default::default()
+            },
         }
     }
 }
@@ -262,6 +269,7 @@ impl TestApp {
             auto_migrate: true,
             dev_mode: true,
             events: opts.events.clone(),
+            webhooks: opts.webhooks.clone(),
         };
         let app = Application::build(settings, opts.workers)
             .await
@@ -610,6 +618,25 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         skus: Vec::new(),
     }
 }
+
+/// How many events of the `types` the outbox holds, batch rows (migration
+/// 0017) opened into their events.
+pub async fn outbox_events(pool: &sqlx::PgPool, types: &[&str]) -> i64 {
+    let types: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM outbox o,
+                LATERAL jsonb_array_elements(CASE WHEN o.type = 'batch' THEN o.payload->'events'
+                                                  ELSE jsonb_build_array(jsonb_build_object('type', o.type)) END) e
+          WHERE e->>'type' = ANY($1)",
+    )
+    .bind(&types)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// The payment outcomes: what a payment provider's answer writes.
+pub const PAYMENT_OUTCOMES: [&str; 3] = ["order.paid", "payment.refund_required", "payment.failed"];
 
 pub fn parse_time(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

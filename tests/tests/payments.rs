@@ -87,17 +87,23 @@ async fn happy_path_reserve_settle_purchase_webhook_paid() {
         .await,
         1
     );
+    // On the stream: the hold, the purchase started, then paid.
     let mut conn = app.redis().await;
     let stream = format!("{}:events", app.prefix);
-    let mut n = 0;
+    let mut types = Vec::new();
     for _ in 0..50 {
-        n = conn.xlen(&stream).await.unwrap();
-        if n > 0 {
+        let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
+        types = r
+            .ids
+            .iter()
+            .map(|e| e.get::<String>("type").unwrap())
+            .collect();
+        if types.len() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(n, 1);
+    assert_eq!(types, ["reservation.held", "payment.started", "order.paid"]);
     // Paid means no expiry can return the unit, and no cancel either.
     assert_eq!(app.cancel(&id, &t).await, 409);
     app.stop().await;
@@ -173,7 +179,10 @@ async fn duplicate_and_forged_webhooks_change_nothing() {
         );
     }
     assert_eq!(status_of(&app, &id).await, "pending_payment");
-    assert_eq!(scalar_i64(&app, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        tests::outbox_events(&app.state.pool, &tests::PAYMENT_OUTCOMES).await,
+        0
+    );
     // Rotation: a header with an old and a new signature passes.
     let rotated = format!(
         "{},v1={}",
@@ -205,7 +214,10 @@ async fn duplicate_and_forged_webhooks_change_nothing() {
         results,
         vec!["duplicate", "duplicate", "duplicate", "duplicate", "paid"]
     );
-    assert_eq!(scalar_i64(&app, "SELECT count(*) FROM outbox").await, 1);
+    assert_eq!(
+        tests::outbox_events(&app.state.pool, &tests::PAYMENT_OUTCOMES).await,
+        1
+    );
     assert_eq!(
         scalar_i64(
             &app,
@@ -589,7 +601,10 @@ async fn webhook_signature_header_refusals_each_have_their_code_and_change_nothi
         "{b}"
     );
     assert_eq!(status_of(&app, &id).await, "pending_payment");
-    assert_eq!(scalar_i64(&app, "SELECT count(*) FROM outbox").await, 0);
+    assert_eq!(
+        tests::outbox_events(&app.state.pool, &tests::PAYMENT_OUTCOMES).await,
+        0
+    );
     assert_eq!(
         scalar_i64(&app, "SELECT count(*) FROM processed_messages").await,
         0

@@ -12,6 +12,19 @@ use serde_json::{Value, json};
 
 use crate::events::sink::OutboxEvent;
 
+/// Every event type the product sends (docs/events.md); webhook filters
+/// name these.
+pub const EVENT_TYPES: &[&str] = &[
+    "reservation.held",
+    "reservation.expired",
+    "reservation.cancelled",
+    "reservation.rejected",
+    "payment.started",
+    "payment.failed",
+    "order.paid",
+    "payment.refund_required",
+];
+
 /// The envelope's version: bumped only on a breaking change.
 pub const ENVELOPE_VERSION: u32 = 1;
 

@@ -67,6 +67,9 @@ pub enum Command {
     /// Independent checks of what the edge publishes.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Endpoints that receive the events as signed webhooks (docs/webhooks.md).
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
     /// Prints the HTTP API's OpenAPI 3.1 document (docs/openapi/origin.json
     /// is this output, checked by a test).
     Openapi,
@@ -277,6 +280,37 @@ pub enum PayCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum WebhookCommand {
+    /// Registers an endpoint; prints it as JSON with its `id` and its
+    /// `secret` (`whsec_…`, shown this once).
+    Add {
+        /// https, and not a loopback, private or link-local address (both
+        /// allowed with WEBHOOK_ALLOW_PRIVATE=1).
+        #[arg(long)]
+        url: String,
+        /// Event types, comma-separated (docs/events.md); every event when left out.
+        #[arg(long)]
+        events: Option<String>,
+    },
+    /// The endpoints, with their waiting and dead deliveries (no secrets).
+    List,
+    /// Stops every delivery to an endpoint; its waiting deliveries end dead.
+    Remove { id: String },
+    /// A new secret; the old one keeps signing beside it for `--overlap-hours`.
+    Rotate {
+        id: String,
+        #[arg(long, default_value_t = 24)]
+        overlap_hours: u64,
+    },
+    /// Sends an endpoint's dead deliveries again (all, or one event's).
+    Replay {
+        id: String,
+        #[arg(long)]
+        event: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum TokenCommand {
     /// A `user` token signed with USER_TOKEN_KEYS.
     User {
@@ -450,6 +484,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
+        Command::Webhook(cmd) => webhook(cmd).await,
         Command::Migrate => {
             let pool = db::pg_pool(
                 configuration::database_url()?.expose_secret(),
@@ -689,6 +724,46 @@ async fn change_and_print(sale: &str, change: &SaleChange) -> anyhow::Result<()>
     )?;
     let changed = change_sale(&pool, sale, change).await?;
     println!("{}", serde_json::to_string_pretty(&changed)?);
+    Ok(())
+}
+
+/// `origin webhook …`.
+async fn webhook(cmd: WebhookCommand) -> anyhow::Result<()> {
+    use crate::events::webhooks::{guard, store};
+    let pool = db::pg_pool(
+        configuration::database_url()?.expose_secret(),
+        db::CLI_POOL_SIZE,
+    )?;
+    match cmd {
+        WebhookCommand::Add { url, events } => {
+            let mut errors = Vec::new();
+            let settings = configuration::webhook_settings(&mut errors)
+                .ok_or_else(|| anyhow::anyhow!("{}", configuration::ConfigErrors(errors)))?;
+            let url = guard::check_endpoint(&url, settings.allow_private).await?;
+            let events = store::event_filter(events.as_deref())?;
+            let added = store::add(&pool, url.as_str(), events).await?;
+            println!("{}", serde_json::to_string_pretty(&added)?);
+        }
+        WebhookCommand::List => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&store::list(&pool).await?)?
+            );
+        }
+        WebhookCommand::Remove { id } => {
+            store::remove(&pool, &id).await?;
+            println!("{}", serde_json::json!({"removed": id}));
+        }
+        WebhookCommand::Rotate { id, overlap_hours } => {
+            let overlap = std::time::Duration::from_secs(overlap_hours.min(24 * 30) * 3600);
+            let rotated = store::rotate(&pool, &id, overlap).await?;
+            println!("{}", serde_json::to_string_pretty(&rotated)?);
+        }
+        WebhookCommand::Replay { id, event } => {
+            let n = store::replay(&pool, &id, event.as_deref()).await?;
+            println!("{}", serde_json::json!({"endpoint": id, "replayed": n}));
+        }
+    }
     Ok(())
 }
 

@@ -17,6 +17,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
+
+use crate::events::webhooks::schedule::{self, Schedule};
 use token::{KeyRing, KeyRingError};
 
 /// What happens when a variable is not set.
@@ -252,6 +254,24 @@ pub const ENV_VARS: &[EnvVar] = &[
         secret: false,
         meaning: "a produce, retries included, that takes longer fails; the batch stays in the outbox and is sent again (same event ids)",
     },
+    EnvVar {
+        name: "WEBHOOK_ALLOW_PRIVATE",
+        default: Fallback::Value("0"),
+        secret: false,
+        meaning: "`1`: webhook endpoints may be plain http and loopback, private or link-local addresses (dev and tests only: the worker must not reach into the shop's network)",
+    },
+    EnvVar {
+        name: "WEBHOOK_TIMEOUT_MS",
+        default: Fallback::Value("10000"),
+        secret: false,
+        meaning: "one webhook attempt, connection included, at most this long; then it counts as failed",
+    },
+    EnvVar {
+        name: "WEBHOOK_RETRY_SCHEDULE",
+        default: Fallback::Value(schedule::DEFAULT_SCHEDULE),
+        secret: false,
+        meaning: "waits between webhook attempts (`ms`, `s`, `m`, `h`, `d`), each with ±20 % jitter; after the last the delivery is dead until `origin webhook replay`",
+    },
 ];
 
 /// Where the speed layer lives.
@@ -353,6 +373,28 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+/// How the worker delivers (`WEBHOOK_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSettings {
+    /// `WEBHOOK_ALLOW_PRIVATE=1`: loopback and private endpoints, plain http
+    /// (dev and tests only).
+    pub allow_private: bool,
+    /// One attempt, connection included, at most this long.
+    pub timeout: Duration,
+    /// The waits between attempts; after the last, the delivery is dead.
+    pub schedule: Schedule,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        WebhookSettings {
+            allow_private: false,
+            timeout: Duration::from_secs(10),
+            schedule: Schedule::parse(schedule::DEFAULT_SCHEDULE).expect("the default parses"),
+        }
+    }
+}
+
 /// Where the outbox relay publishes (`EVENTS_SINK`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventsSink {
@@ -414,6 +456,8 @@ pub struct Settings {
     pub dev_mode: bool,
     /// Where the outbox relay publishes.
     pub events: EventsSink,
+    /// How webhooks are delivered (`WEBHOOK_*`).
+    pub webhooks: WebhookSettings,
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -793,6 +837,26 @@ fn valid_topic(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// The `WEBHOOK_*` variables.
+pub fn webhook_settings(errors: &mut Vec<ConfigError>) -> Option<WebhookSettings> {
+    let allow_private = keep(errors, flag("WEBHOOK_ALLOW_PRIVATE"));
+    let timeout = keep(errors, duration_ms("WEBHOOK_TIMEOUT_MS"));
+    let text = var_or_default("WEBHOOK_RETRY_SCHEDULE");
+    let schedule = keep(
+        errors,
+        Schedule::parse(&text).map_err(|why| ConfigError::Invalid {
+            var: "WEBHOOK_RETRY_SCHEDULE",
+            value: text.clone(),
+            why,
+        }),
+    );
+    Some(WebhookSettings {
+        allow_private: allow_private?,
+        timeout: timeout?,
+        schedule: schedule?,
+    })
+}
+
 /// `EVENTS_SINK` and, for `kafka`, the `KAFKA_*` variables.
 fn events_sink(errors: &mut Vec<ConfigError>) -> Option<EventsSink> {
     match var_or_default("EVENTS_SINK").trim() {
@@ -893,6 +957,7 @@ impl Settings {
         let dev_mode = keep(e, flag("ORIGIN_DEV_MODE"));
         let auto_migrate = keep(e, auto_migrate());
         let events = events_sink(e);
+        let webhooks = webhook_settings(e);
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -921,7 +986,7 @@ impl Settings {
             metrics_addr,
             pg_pool_size,
             workers_nice,
-            events,
+            events.zip(webhooks),
         ) {
             (
                 Some(addr),
@@ -941,7 +1006,7 @@ impl Settings {
                 Some(metrics_addr),
                 Some(pg_pool_size),
                 Some(workers_nice),
-                Some(events),
+                Some((events, webhooks)),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -963,6 +1028,7 @@ impl Settings {
                 auto_migrate,
                 dev_mode,
                 events,
+                webhooks,
             }),
             _ => Err(ConfigErrors(errs)),
         }
@@ -1149,6 +1215,7 @@ mod tests {
             auto_migrate: true,
             dev_mode: false,
             events: EventsSink::RedisStream,
+            webhooks: Default::default(),
         };
         let text = format!("{s:?}");
         for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {

@@ -1,5 +1,5 @@
 //! The background workers of `origin serve` — settlement, sweep, reconciler,
-//! outbox relay — on a thread of their own, with their own Tokio runtime,
+//! outbox relay and webhook deliveries — on a thread of their own, with their own Tokio runtime,
 //! Redis connection and Postgres pool, at a lower CPU priority than the
 //! request handlers (`ORIGIN_WORKERS_NICE`, default 10).
 //!
@@ -31,6 +31,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::events::relay;
 use crate::events::sink::RedisStreamSink;
+use crate::events::webhooks::deliver;
 use crate::ops::configuration::EventsSink;
 use crate::ops::configuration::Settings;
 use crate::ops::db::pg_pool;
@@ -189,6 +190,12 @@ async fn run(
                 tasks.spawn(relay::run_kafka(pool.clone(), kafka.clone(), stop.clone()));
             }
         }
+        // The relay queues webhook deliveries; this worker sends them.
+        tasks.spawn(deliver::run(
+            pool.clone(),
+            settings.webhooks.clone(),
+            stop.clone(),
+        ));
     }
     if which.reconcile {
         tasks.spawn(reconcile::run(
