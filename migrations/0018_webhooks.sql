@@ -39,6 +39,6 @@ CREATE TABLE webhook_deliveries (
     delivered_at    timestamptz,
     UNIQUE (endpoint_id, event_id)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';
+CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (endpoint_id, id) WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_in_order ON webhook_deliveries (endpoint_id, order_key, id) WHERE status = 'pending';
 CREATE INDEX webhook_deliveries_dead ON webhook_deliveries (endpoint_id, id) WHERE status = 'dead';

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -119,6 +120,9 @@ pub async fn run(pool: PgPool, settings: WebhookSettings, stop: CancellationToke
     // flight.
     let lease = settings.timeout * 2 + Duration::from_secs(5);
     let in_flight: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    // A finished delivery makes room (maybe at an endpoint that was full):
+    // claim again at once rather than after the idle pause.
+    let finished = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
     let mut measured = Instant::now() - Duration::from_secs(60);
     loop {
@@ -150,37 +154,44 @@ pub async fn run(pool: PgPool, settings: WebhookSettings, stop: CancellationToke
                             .expect("not poisoned")
                             .entry(endpoint.clone())
                             .or_default() += 1;
-                        let (pool, client, settings, counts) = (
+                        let (pool, client, settings, counts, finished) = (
                             pool.clone(),
                             client.clone(),
                             settings.clone(),
                             in_flight.clone(),
+                            finished.clone(),
                         );
                         tasks.spawn(async move {
                             deliver(pool, client, settings, d).await;
-                            let mut counts = counts.lock().expect("not poisoned");
-                            if let Some(n) = counts.get_mut(&endpoint) {
-                                *n -= 1;
-                                if *n == 0 {
-                                    counts.remove(&endpoint);
+                            {
+                                let mut counts = counts.lock().expect("not poisoned");
+                                if let Some(n) = counts.get_mut(&endpoint) {
+                                    *n -= 1;
+                                    if *n == 0 {
+                                        counts.remove(&endpoint);
+                                    }
                                 }
                             }
+                            finished.notify_one();
                         });
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "webhook claim failed; retrying"),
             }
         }
-        // Back at once while work was found; else a short pause or the
-        // next finished delivery, whichever comes first.
-        let pause = if claimed > 0 {
-            Duration::from_millis(5)
-        } else {
-            Duration::from_millis(100)
-        };
+        // Back at once while work was found; else at the next finished
+        // delivery or after a short pause, whichever comes first.
+        if claimed > 0 {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+            }
+            continue;
+        }
         tokio::select! {
             _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(pause) => {}
+            _ = finished.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
     // Deliveries in flight end with the process; their leases run out and

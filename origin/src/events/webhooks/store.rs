@@ -270,21 +270,21 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<Vec<Due>, sqlx::Error> {
     let rows = sqlx::query(
-        "WITH candidates AS (
-             SELECT d.id, row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.id) AS nth
-               FROM webhook_deliveries d
-               JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.removed_at IS NULL
-              WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-                AND NOT (d.endpoint_id = ANY($3))
-                AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
-                                 WHERE b.endpoint_id = d.endpoint_id AND b.order_key = d.order_key
-                                   AND b.status = 'pending' AND b.id < d.id)
-         ),
-         picked AS (
-             SELECT d.id FROM webhook_deliveries d JOIN candidates c ON c.id = d.id
-              WHERE c.nth <= $2
-              ORDER BY d.id LIMIT $1
-                FOR UPDATE OF d SKIP LOCKED
+        // Per endpoint, its oldest due deliveries through the partial index
+        // (endpoint_id, id): a claim reads a few rows per endpoint, not
+        // every pending delivery.
+        "WITH picked AS (
+             SELECT d.id FROM webhook_endpoints e
+              CROSS JOIN LATERAL (
+                  SELECT d.id FROM webhook_deliveries d
+                   WHERE d.endpoint_id = e.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+                     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
+                                      WHERE b.endpoint_id = d.endpoint_id AND b.order_key = d.order_key
+                                        AND b.status = 'pending' AND b.id < d.id)
+                   ORDER BY d.id LIMIT $2
+                     FOR UPDATE OF d SKIP LOCKED) d
+              WHERE e.removed_at IS NULL AND NOT (e.id = ANY($3))
+              LIMIT $1
          )
          UPDATE webhook_deliveries d
             SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $4)
