@@ -89,26 +89,45 @@ CREATE TRIGGER outbox_reservations_updated
 
 -- A purchase started (a payment row inserted, 'pending') and a payment
 -- failed. A payment that succeeds is announced by the saga itself
--- (`order.paid`, or `payment.refund_required` when the hold was gone). Two
--- functions: a statement that names a transition table can only run in a
--- trigger that has it, and an INSERT has no old table.
-CREATE FUNCTION outbox_payments_inserted() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
+-- (`order.paid`, or `payment.refund_required` when the hold was gone).
+-- Payments are few (one per purchase), so their events are written whole.
+
+-- The events of `kind` for the payments `ids` (in that order), as one
+-- 'batch' row; nothing when `ids` is empty.
+CREATE FUNCTION outbox_payment_events(ids text[], kind text) RETURNS void
+LANGUAGE sql AS $$
     INSERT INTO outbox (event_id, type, payload)
     SELECT 'batch_' || gen_random_uuid(), 'batch',
            jsonb_build_object('events', jsonb_agg(jsonb_build_object(
-               'id', 'evt_' || c.id || '.started',
-               'type', 'payment.started',
+               'id', 'evt_' || p.id || '.' || split_part(kind, '.', 2),
+               'type', kind,
                'data', jsonb_build_object(
-                   'payment_id', c.id, 'reservation_id', c.reservation_id,
-                   'sale', c.sale_id, 'sku', k.id, 'account', c.account,
-                   'amount_cents', c.amount_cents, 'qty', r.qty))
-               ORDER BY c.n))
-      FROM (SELECT row_number() OVER () AS n, i.* FROM changed_new i WHERE i.status = 'pending') c
-      LEFT JOIN reservations r ON r.id = c.reservation_id
+                   'payment_id', p.id, 'reservation_id', p.reservation_id,
+                   'sale', p.sale_id, 'sku', k.id, 'account', p.account,
+                   'amount_cents', p.amount_cents, 'qty', r.qty))
+               ORDER BY u.n))
+      FROM unnest(ids) WITH ORDINALITY AS u(id, n)
+      JOIN payments p ON p.id = u.id
+      LEFT JOIN reservations r ON r.id = p.reservation_id
       LEFT JOIN skus k ON k.sale_id = r.sale_id AND k.position = r.sku
     HAVING count(*) > 0;
+$$;
+
+-- A statement that names a transition table runs only in a trigger that
+-- has it (an INSERT has no old table): plpgsql plans each branch only when
+-- it runs.
+CREATE FUNCTION outbox_payments_changed() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        PERFORM outbox_payment_events(
+            ARRAY(SELECT i.id FROM changed_new i WHERE i.status = 'pending'), 'payment.started');
+    ELSE
+        PERFORM outbox_payment_events(
+            ARRAY(SELECT i.id FROM changed_new i JOIN changed_old o ON o.id = i.id
+                   WHERE i.status = 'failed' AND o.status IS DISTINCT FROM 'failed'),
+            'payment.failed');
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -116,33 +135,9 @@ $$;
 CREATE TRIGGER outbox_payments_inserted
     AFTER INSERT ON payments
     REFERENCING NEW TABLE AS changed_new
-    FOR EACH STATEMENT EXECUTE FUNCTION outbox_payments_inserted();
-
-CREATE FUNCTION outbox_payments_updated() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO outbox (event_id, type, payload)
-    SELECT 'batch_' || gen_random_uuid(), 'batch',
-           jsonb_build_object('events', jsonb_agg(jsonb_build_object(
-               'id', 'evt_' || c.id || '.failed',
-               'type', 'payment.failed',
-               'data', jsonb_build_object(
-                   'payment_id', c.id, 'reservation_id', c.reservation_id,
-                   'sale', c.sale_id, 'sku', k.id, 'account', c.account,
-                   'amount_cents', c.amount_cents, 'qty', r.qty))
-               ORDER BY c.n))
-      FROM (SELECT row_number() OVER () AS n, i.*
-              FROM changed_new i
-              JOIN changed_old o ON o.id = i.id
-             WHERE i.status = 'failed' AND o.status IS DISTINCT FROM 'failed') c
-      LEFT JOIN reservations r ON r.id = c.reservation_id
-      LEFT JOIN skus k ON k.sale_id = r.sale_id AND k.position = r.sku
-    HAVING count(*) > 0;
-    RETURN NULL;
-END
-$$;
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_payments_changed();
 
 CREATE TRIGGER outbox_payments_updated
     AFTER UPDATE ON payments
     REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new
-    FOR EACH STATEMENT EXECUTE FUNCTION outbox_payments_updated();
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox_payments_changed();
