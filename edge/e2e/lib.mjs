@@ -148,6 +148,29 @@ export async function assertObjectCallsCounted(sale, account, n = 6) {
   }
 }
 
+/** The coordinator's own calls so far (`queue.coordinator_requests`). */
+export const coordinatorCalls = async (sale) =>
+  (await call('GET', `${EDGE}/api/sales/${sale}`)).body.queue.coordinator_requests;
+
+/**
+ * The positive control of a coordinator-call bound: `queue.coordinator_requests`
+ * must move when a fresh isolate polls after the shared snapshot copy
+ * (2.5 s) has gone stale, so a bound read from it is not read from a
+ * counter that never moves.
+ */
+export async function assertCoordinatorCallsCounted(sale, ticket) {
+  const before = await coordinatorCalls(sale);
+  await sleep(2600);
+  const f = await call('POST', `${EDGE}/api/dev/isolate/forget`);
+  if (f.status !== 200) throw new Error(`isolate forget: ${f.status}`);
+  const r = await call('GET', `${EDGE}/api/sales/${sale}/queue`, { token: ticket });
+  if (r.status !== 200) throw new Error(`control poll: ${r.status} ${JSON.stringify(r.body)}`);
+  const after = await coordinatorCalls(sale);
+  if (!(after - before >= 1)) {
+    throw new Error(`control: ${after - before} coordinator calls counted for a poll with no fresh copy`);
+  }
+}
+
 /** Polls `fn` until it returns a truthy value or `ms` pass. */
 export async function until(ms, fn, every = 250) {
   const end = Date.now() + ms;

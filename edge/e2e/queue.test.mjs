@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   EDGE, QUEUE_SHARDS, call, createSale, decode, drawKey, leafOf, listedDraw, listingOf, merkleRoot, origin,
-  adminKey, assertObjectCallsCounted, edgeMetrics, placesOf, placeOf, pool, reservationRequests, rid,
+  adminKey, assertCoordinatorCallsCounted, assertObjectCallsCounted, coordinatorCalls, edgeMetrics, placesOf, placeOf, pool, reservationRequests, rid,
   sha256hex, shardOf, sign, claims, sleep, spearman, userToken, until,
 } from './lib.mjs';
 
@@ -506,9 +506,13 @@ test('a fresh isolate takes the snapshot another one fetched (Cache API), not th
   // One wrangler dev process is one isolate; the DEV_MODE hook makes it
   // forget its memory, so each round below is a fresh isolate of the same
   // location. Without the shared copy each would ask the coordinator.
-  const doRequests = async () => (await call('GET', `${EDGE}/api/sales/${SALE}`)).body.queue.do_requests;
+  // Counted: the coordinator's own calls. The people polled here are
+  // admitted by now, so a fresh isolate also sends each one's seen report
+  // to their shard (a shard call, bounded by its own test above), and
+  // whether they still hold the turn depends on how long the tests before
+  // took: the shards' count made this test flaky with 8 shards.
   await sleep(1100);
-  const before = await doRequests(); // a refresh (memory > 0.9 s old), shared in the cache
+  const before = await coordinatorCalls(SALE); // a refresh (memory > 0.9 s old), shared in the cache
   const t0 = Date.now();
   const ROUNDS = 10;
   for (let i = 0; i < ROUNDS; i++) {
@@ -519,11 +523,11 @@ test('a fresh isolate takes the snapshot another one fetched (Cache API), not th
   }
   const elapsed = Date.now() - t0;
   await sleep(1100);
-  const calls = (await doRequests()) - before; // includes this summary's own refresh
+  const calls = (await coordinatorCalls(SALE)) - before; // includes this summary's own refresh
   // A copy serves for 2.5 s from when the coordinator made it.
   const allowed = 1 + Math.ceil(elapsed / 2500);
-  assert.ok(calls <= allowed, `${calls} object calls for ${ROUNDS} fresh isolates in ${elapsed} ms (allowed ${allowed})`);
-  await assertObjectCallsCounted(SALE, lastLate.account);
+  assert.ok(calls <= allowed, `${calls} coordinator calls for ${ROUNDS} fresh isolates in ${elapsed} ms (allowed ${allowed})`);
+  await assertCoordinatorCallsCounted(SALE, joined.get(accounts[0]).ticket);
 });
 
 test('first polls of people who arrived in the same seconds cost one object call per second, not one per poll', async () => {
@@ -540,7 +544,10 @@ test('first polls of people who arrived in the same seconds cost one object call
   assert.ok(await until(30_000, async () => (await summary()).places_final_through_ms > last, 250),
     'the late joiners\' seconds are never complete');
   await sleep(1100);
-  const before = (await summary()).do_requests; // a fresh count, shared in the cache
+  // Counted: the coordinator's own calls (snapshots, seconds' lists). Late
+  // joiners admitted by now also send seen reports to their shards, up to
+  // one per shard here; those are bounded by their own test above.
+  const before = await coordinatorCalls(SALE); // a fresh count, shared in the cache
   // A fresh isolate: no second's list in memory; all first polls at once.
   assert.equal((await call('POST', `${EDGE}/api/dev/isolate/forget`)).status, 200);
   const places = await pool(tickets, M, async (t) => {
@@ -549,11 +556,11 @@ test('first polls of people who arrived in the same seconds cost one object call
     return r.body.place;
   });
   await sleep(1100);
-  const calls = (await summary()).do_requests - before; // includes this summary's refresh
+  const calls = (await coordinatorCalls(SALE)) - before; // includes this summary's refresh
   assert.ok(places.every((p) => Number.isInteger(p) && p > 0), `places ${places}`);
   assert.equal(new Set(places).size, M, 'places are distinct');
-  assert.ok(calls <= seconds + 2, `${calls} object calls for ${M} first polls over ${seconds} arrival seconds`);
-  await assertObjectCallsCounted(SALE, lastLate.account);
+  assert.ok(calls <= seconds + 2, `${calls} coordinator calls for ${M} first polls over ${seconds} arrival seconds`);
+  await assertCoordinatorCallsCounted(SALE, tickets[0]);
 });
 
 test('metrics without the admin key are refused 401 admin_key_required before the coordinator is called', async () => {

@@ -695,6 +695,7 @@ impl<S: Sql> Coordinator<S> {
             key: if drawn { self.meta.get("key") } else { None },
             draw: self.draw_public(),
             do_requests: self.requests.get() + shard_requests,
+            coordinator_requests: self.requests.get(),
             shards: self.shards(),
             fifo_through_ms: complete.map(|s| (s + 1) * 1000).unwrap_or(0),
             frontier_rate: rate,

@@ -94,8 +94,15 @@ pub struct Snapshot {
     /// beacon, key and seed once known).
     #[serde(default)]
     pub draw: serde_json::Value,
-    /// Requests the object has served (for the benchmark of DO calls/poll).
+    /// Requests the sale's objects have served for isolates: the
+    /// coordinator's own and those its shards last reported (a shard
+    /// reports with its next report, a second or more later).
     pub do_requests: u64,
+    /// Of those, the coordinator's own, counted as they come: what a
+    /// snapshot, a second's list or a listing costs, without the shards'
+    /// joins and seen reports or their reporting delay.
+    #[serde(default)]
+    pub coordinator_requests: u64,
     /// Queue shards (Durable Objects) of the sale.
     #[serde(default = "one")]
     pub shards: u32,
@@ -512,6 +519,7 @@ mod tests {
             key: None,
             draw: serde_json::Value::Null,
             do_requests: 0,
+            coordinator_requests: 0,
             shards: 1,
             fifo_through_ms: 0,
             frontier_history: vec![],

@@ -44,6 +44,7 @@ pub(crate) async fn summary(env: &Env, sale: &str) -> ApiResult<Response> {
             // Places of people who arrived before this (unix ms) are final.
             "places_final_through_ms": s.fifo_through_ms,
             "do_requests": s.do_requests,
+            "coordinator_requests": s.coordinator_requests,
         });
         // The draw as the coordinator publishes it (DESIGN.md "The draw,
         // v2"): each part once known.
