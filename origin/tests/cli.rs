@@ -1087,6 +1087,32 @@ fn config_check_names_the_kafka_problems() {
     assert!(all.contains("(unused: EVENTS_SINK is not kafka)"), "{all}");
 }
 
+/// `OUTBOX_SOURCE` (issue 46): `table` or `wal`; the slot's name is one
+/// that can be put in SQL as an identifier unquoted.
+#[test]
+fn config_check_names_the_outbox_source_problems() {
+    for (env, problem) in [
+        (
+            vec![("OUTBOX_SOURCE", "binlog")],
+            "OUTBOX_SOURCE = \"binlog\": use table or wal",
+        ),
+        (
+            vec![
+                ("OUTBOX_SOURCE", "wal"),
+                ("OUTBOX_SLOT", "Slot; DROP TABLE outbox"),
+            ],
+            "OUTBOX_SLOT = \"Slot; DROP TABLE outbox\": a slot name is 1 to 63 of a-z, 0-9 and _",
+        ),
+    ] {
+        let (code, all) = config_check(&env);
+        assert_eq!(code, Some(1), "{all}");
+        assert!(all.contains(problem), "missing {problem:?} in:\n{all}");
+    }
+    let (code, all) = config_check(&[("OUTBOX_SOURCE", "wal"), ("OUTBOX_SLOT", "shop_outbox_2")]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(all.contains("shop_outbox_2"), "{all}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_endpoints_are_added_listed_rotated_and_removed_and_bad_ones_write_nothing() {
     let (app, redis) = idle_app().await;

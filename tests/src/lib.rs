@@ -8,6 +8,7 @@
 //! tests start (`redis-<port or socket dir>.log`, `sentinel-<port>.log`).
 
 pub mod broker;
+pub mod postgres;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -111,31 +112,43 @@ fn rand_u16() -> u16 {
 pub struct TestDb {
     pub name: String,
     pub url: String,
+    /// The maintenance URL of the server it lives on.
+    admin: String,
 }
 
 impl TestDb {
+    /// One on the shared local Postgres.
     pub async fn create() -> TestDb {
+        Self::create_on(&pg_admin_url()).await
+    }
+
+    /// One on the server whose maintenance URL is `admin`.
+    pub async fn create_on(admin: &str) -> TestDb {
         use sqlx::Connection;
         let name = format!("fs_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = sqlx::PgConnection::connect(&pg_admin_url())
+        let mut conn = sqlx::PgConnection::connect(admin)
             .await
             .expect("local Postgres reachable (scripts/setup starts it)");
         sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
+            .execute(&mut conn)
             .await
             .expect("create test database");
-        let base = pg_admin_url();
         let url = format!(
             "{}/{name}",
-            base.rsplit_once('/').map(|(b, _)| b).unwrap_or(&base)
+            admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin)
         );
-        TestDb { name, url }
+        TestDb {
+            name,
+            url,
+            admin: admin.to_string(),
+        }
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
         let name = self.name.clone();
+        let admin = self.admin.clone();
         // A separate thread with its own runtime: Drop may run inside one.
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -144,7 +157,7 @@ impl Drop for TestDb {
             if let Ok(rt) = rt {
                 rt.block_on(async move {
                     use sqlx::Connection;
-                    if let Ok(mut c) = sqlx::PgConnection::connect(&pg_admin_url()).await {
+                    if let Ok(mut c) = sqlx::PgConnection::connect(&admin).await {
                         let _ =
                             sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
                                 .execute(&mut c)
@@ -217,6 +230,12 @@ pub struct AppOptions {
     /// How webhooks are delivered: loopback endpoints allowed (the tests'
     /// receivers), and whatever schedule a test needs.
     pub webhooks: origin::ops::configuration::WebhookSettings,
+    /// How the relay finds new outbox rows (the table unless a test runs
+    /// a Postgres with logical WAL).
+    pub outbox_source: origin::ops::configuration::OutboxSource,
+    /// The Postgres server the app's database is made on (`None`: the
+    /// shared local one).
+    pub pg_admin_url: Option<String>,
 }
 
 impl Default for AppOptions {
@@ -233,6 +252,8 @@ impl Default for AppOptions {
                 allow_private: true,
                 ..Default::default()
             },
+            outbox_source: Default::default(),
+            pg_admin_url: None,
         }
     }
 }
@@ -246,7 +267,10 @@ impl TestApp {
         if std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0") {
             origin::ops::telemetry::init_tracing("info,sqlx=warn");
         }
-        let db = TestDb::create().await;
+        let db = match &opts.pg_admin_url {
+            Some(admin) => TestDb::create_on(admin).await,
+            None => TestDb::create().await,
+        };
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let settings = Settings {
             database_url: db.url.clone().into(),
@@ -270,6 +294,7 @@ impl TestApp {
             dev_mode: true,
             events: opts.events.clone(),
             webhooks: opts.webhooks.clone(),
+            outbox_source: opts.outbox_source.clone(),
         };
         let app = Application::build(settings, opts.workers)
             .await

@@ -213,6 +213,7 @@ async fn a_broker_killed_mid_relay_and_restarted_loses_nothing() {
     let relay = tokio::spawn(origin::events::relay::run(
         app.state.pool.clone(),
         sink,
+        Default::default(),
         stop.clone(),
     ));
     // Kill it once some, not all, are out.

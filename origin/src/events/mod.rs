@@ -2,7 +2,7 @@
 //! change they announce), its relay to a sink, and the consumers' dedupe —
 //! exactly-once effects on at-least-once delivery.
 //!
-//! Imports flow one way: `relay` → `batch` → `sink`; `kafka` (issue 46) → `envelope`
+//! Imports flow one way: `relay` → `batch` → `sink`; `relay` → `wal` → `sink`; `kafka` (issue 46) → `envelope`
 //! → `sink`; `consume` reads what a sink published.
 
 pub mod batch;
@@ -11,4 +11,5 @@ pub mod envelope;
 pub mod kafka;
 pub mod relay;
 pub mod sink;
+pub mod wal;
 pub mod webhooks;

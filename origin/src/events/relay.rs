@@ -8,7 +8,7 @@
 //! transaction that locked it (`FOR UPDATE SKIP LOCKED`, so two relays never
 //! publish one row at once); a crash between the two publishes it again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use crate::events::batch;
 use crate::events::kafka::KafkaSink;
 use crate::events::sink::{OutboxEvent, Sink};
+use crate::events::wal::slot::WalSlot;
 use crate::events::webhooks;
-use crate::ops::configuration::KafkaSettings;
+use crate::ops::configuration::{KafkaSettings, OutboxSource};
 
 /// A round sends the rows it locked until they carry this many events: a
 /// batch row (`events::batch`) carries up to a settlement batch's holds.
@@ -54,8 +55,26 @@ pub async fn relay_once<S: Sink>(
         })
         .count();
     rows.truncate(keep);
+    let n = send(&mut tx, sink, rows, die_after_publish).await?;
+    if die_after_publish {
+        return Ok(n);
+    }
+    tx.commit().await?;
+    Ok(n)
+}
+
+/// Publishes `rows`' events, then queues their webhook deliveries and
+/// marks the rows sent in `tx` (which the caller commits: an event is
+/// published with its deliveries or not at all). With
+/// `die_after_publish`, stops after publishing (a crash).
+async fn send<S: Sink>(
+    tx: &mut sqlx::PgConnection,
+    sink: &S,
+    rows: Vec<OutboxEvent>,
+    die_after_publish: bool,
+) -> anyhow::Result<usize> {
     let ids: Vec<i64> = rows.iter().map(|e| e.id).collect();
-    let facts = reservation_facts(&mut tx, &batch::references(&rows)).await?;
+    let facts = reservation_facts(&mut *tx, &batch::references(&rows)).await?;
     let events = batch::expand(rows, &facts);
     sink.publish_batch(&events).await?;
     let acked = chrono::Utc::now();
@@ -70,18 +89,97 @@ pub async fn relay_once<S: Sink>(
     if die_after_publish {
         return Ok(events.len());
     }
-    // Queued with the mark, in one transaction: an event is published with
-    // its deliveries or not at all.
-    webhooks::store::queue_deliveries(&mut tx, &events).await?;
+    webhooks::store::queue_deliveries(&mut *tx, &events).await?;
     sqlx::query("UPDATE outbox SET published_at = now() WHERE id = ANY($1)")
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
-    tx.commit().await?;
     if !events.is_empty() {
         metrics::counter!("flashsale_outbox_published_total").increment(events.len() as u64);
     }
     Ok(events.len())
+}
+
+/// Rows a WAL round reads: whole transactions until about this many
+/// messages (a settlement batch is a few rows, however many holds).
+pub const WAL_CHANGES_PER_ROUND: i32 = 200;
+
+/// `OUTBOX_SOURCE=wal`: publishes the outbox rows the slot holds past its
+/// confirmed position, marks them (and queues their deliveries) as the
+/// table relay does, then moves the slot past them; returns how many
+/// events. One relay reads a slot at a time (a session advisory lock; the
+/// others find it taken and wait for the next round). A row found already
+/// marked was published by a relay that stopped before moving the slot,
+/// and is not sent again; a relay that stops before marking sends its
+/// rows again (same event ids). `die_after_publish` as in [`relay_once`].
+pub async fn relay_wal_once<S: Sink>(
+    pool: &PgPool,
+    sink: &S,
+    slot: &WalSlot,
+    die_after_publish: bool,
+) -> anyhow::Result<WalRound> {
+    let mut conn = pool.acquire().await?;
+    let (mine,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock(hashtext($1))")
+        .bind(format!("flashsale outbox slot {}", slot.name))
+        .fetch_one(&mut *conn)
+        .await?;
+    if !mine {
+        return Ok(WalRound::default());
+    }
+    let sent = wal_round(&mut conn, sink, slot, die_after_publish).await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext($1))")
+        .bind(format!("flashsale outbox slot {}", slot.name))
+        .execute(&mut *conn)
+        .await;
+    if unlocked.is_err() || die_after_publish {
+        // A session that may still hold the lock must not go back to the pool.
+        drop(conn.detach());
+    }
+    sent
+}
+
+/// What a WAL round did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WalRound {
+    /// Events published.
+    pub events: usize,
+    /// The read was full: more may be waiting.
+    pub full: bool,
+}
+
+async fn wal_round<S: Sink>(
+    conn: &mut sqlx::PgConnection,
+    sink: &S,
+    slot: &WalSlot,
+    die_after_publish: bool,
+) -> anyhow::Result<WalRound> {
+    let changes = slot.peek(&mut *conn, WAL_CHANGES_PER_ROUND).await?;
+    let full = changes.messages >= WAL_CHANGES_PER_ROUND as usize;
+    let Some(through) = changes.through else {
+        return Ok(WalRound::default());
+    };
+    let ids: Vec<i64> = changes.rows.iter().map(|r| r.id).collect();
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let unsent: HashSet<i64> = sqlx::query_scalar(
+        "SELECT id FROM outbox WHERE id = ANY($1) AND published_at IS NULL FOR UPDATE",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?
+    .into_iter()
+    .collect();
+    let rows: Vec<OutboxEvent> = changes
+        .rows
+        .into_iter()
+        .filter(|r| unsent.contains(&r.id))
+        .collect();
+    let events = send(&mut tx, sink, rows, die_after_publish).await?;
+    if die_after_publish {
+        return Ok(WalRound { events, full });
+    }
+    tx.commit().await?;
+    slot.advance(&mut *conn, &through).await?;
+    Ok(WalRound { events, full })
 }
 
 /// What the reservation events of a round say, read from their rows.
@@ -104,21 +202,46 @@ async fn reservation_facts(
     Ok(facts.into_iter().map(|f| (f.id.clone(), f)).collect())
 }
 
+/// One round from `source`: how many events it published, and whether
+/// more are waiting (a full round: the next starts at once).
+async fn round<S: Sink>(pool: &PgPool, sink: &S, source: &Source) -> anyhow::Result<(usize, bool)> {
+    match source {
+        Source::Table => {
+            let n = relay_once(pool, sink, 100, false).await?;
+            // 100 rows, or the events cap.
+            Ok((n, n >= 100))
+        }
+        Source::Wal(slot) => {
+            let r = relay_wal_once(pool, sink, slot, false).await?;
+            Ok((r.events, r.full))
+        }
+    }
+}
+
+/// Where rows come from, ready to read.
+enum Source {
+    Table,
+    Wal(WalSlot),
+}
+
 /// Runs the relay until cancelled, then publishes what is left (a clean
 /// shutdown leaves no event waiting for the next start).
-pub async fn run<S: Sink>(pool: PgPool, sink: S, stop: CancellationToken) {
+pub async fn run<S: Sink>(pool: PgPool, sink: S, source: OutboxSource, stop: CancellationToken) {
+    let source = match source {
+        OutboxSource::Table => Source::Table,
+        OutboxSource::Wal { slot } => Source::Wal(WalSlot { name: slot }),
+    };
     let mut measured = std::time::Instant::now() - Duration::from_secs(60);
     loop {
         if measured.elapsed() >= Duration::from_secs(5) {
             measured = std::time::Instant::now();
-            measure_backlog(&pool).await;
+            measure_backlog(&pool, &source).await;
         }
-        let pause = match relay_once(&pool, &sink, 100, false).await {
-            // A full round (100 rows, or the events cap): more are waiting.
-            Ok(n) if n >= 100 => Duration::ZERO,
+        let pause = match round(&pool, &sink, &source).await {
+            Ok((_, true)) => Duration::ZERO,
             Ok(_) => Duration::from_millis(200),
             Err(e) => {
-                tracing::warn!(error = %e, "outbox relay failed; retrying");
+                tracing::warn!(error = format!("{e:#}"), "outbox relay failed; retrying");
                 Duration::from_secs(1)
             }
         };
@@ -130,14 +253,17 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, stop: CancellationToken) {
     // The caller bounds this loop by its shutdown grace; a failure leaves
     // the rest in the outbox, where the next relay finds it.
     loop {
-        match relay_once(&pool, &sink, 100, false).await {
-            Ok(n) if n >= 100 => continue,
-            Ok(n) => {
+        match round(&pool, &sink, &source).await {
+            Ok((_, true)) => continue,
+            Ok((n, false)) => {
                 tracing::info!(published = n, "outbox flushed");
                 return;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "outbox flush failed; events stay for the next relay");
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "outbox flush failed; events stay for the next relay"
+                );
                 return;
             }
         }
@@ -147,7 +273,12 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, stop: CancellationToken) {
 /// `flashsale_outbox_pending` (rows not yet published) and
 /// `flashsale_outbox_oldest_pending_seconds`: events that stop leaving (a
 /// sink down) show here first (deploy/prometheus/alerts.yml).
-async fn measure_backlog(pool: &PgPool) {
+async fn measure_backlog(pool: &PgPool, source: &Source) {
+    if let Source::Wal(slot) = source
+        && let Ok(Some(lag)) = slot.lag_bytes(pool).await
+    {
+        metrics::gauge!("flashsale_outbox_slot_lag_bytes").set(lag);
+    }
     let r: Result<(i64, Option<f64>), _> = sqlx::query_as(
         "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
            FROM outbox WHERE published_at IS NULL",
@@ -163,7 +294,12 @@ async fn measure_backlog(pool: &PgPool) {
 /// The relay to Kafka (`EVENTS_SINK=kafka`): connects (again, backing off
 /// up to 30 s, while the brokers cannot be reached: the origin serves
 /// meanwhile and events wait in the outbox), then relays until cancelled.
-pub async fn run_kafka(pool: PgPool, settings: KafkaSettings, stop: CancellationToken) {
+pub async fn run_kafka(
+    pool: PgPool,
+    settings: KafkaSettings,
+    source: OutboxSource,
+    stop: CancellationToken,
+) {
     let mut pause = Duration::from_millis(500);
     let sink = loop {
         match KafkaSink::connect(&settings).await {
@@ -181,5 +317,5 @@ pub async fn run_kafka(pool: PgPool, settings: KafkaSettings, stop: Cancellation
             }
         }
     };
-    run(pool, sink, stop).await
+    run(pool, sink, source, stop).await
 }

@@ -219,6 +219,18 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "where the outbox relay publishes every event (docs/events.md): `redis`, the stream `<prefix>:events`; `kafka`, the topic `KAFKA_TOPIC` on `KAFKA_BROKERS` (created when missing; `acks=all`; a row is marked published only after the broker acknowledged it)",
     },
     EnvVar {
+        name: "OUTBOX_SOURCE",
+        default: Fallback::Value("table"),
+        secret: false,
+        meaning: "how the relay finds new outbox rows (docs/events.md): `table`, by polling the table; `wal`, from the database's log through the logical replication slot `OUTBOX_SLOT` (needs `wal_level=logical`; the slot and a publication of the outbox are created when missing; watch `flashsale_outbox_slot_lag_bytes`)",
+    },
+    EnvVar {
+        name: "OUTBOX_SLOT",
+        default: Fallback::Value("flashsale_outbox"),
+        secret: false,
+        meaning: "with `OUTBOX_SOURCE=wal`: the replication slot's and the publication's name (`a-z`, `0-9`, `_`; at most 63). A slot nobody reads keeps WAL on the server: drop it when you stop using it",
+    },
+    EnvVar {
         name: "KAFKA_BROKERS",
         default: Fallback::Unset,
         secret: false,
@@ -404,6 +416,17 @@ pub enum EventsSink {
     Kafka(KafkaSettings),
 }
 
+/// How the relay finds new outbox rows (`OUTBOX_SOURCE`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OutboxSource {
+    /// Polling the table for unpublished rows (the default).
+    #[default]
+    Table,
+    /// The database's log, through the logical replication slot (and
+    /// publication) of this name (`crate::events::wal`).
+    Wal { slot: String },
+}
+
 /// Where and how the relay produces (`KAFKA_*`; the sink is `crate::events::kafka`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaSettings {
@@ -456,6 +479,8 @@ pub struct Settings {
     pub dev_mode: bool,
     /// Where the outbox relay publishes.
     pub events: EventsSink,
+    /// How the outbox relay finds new rows.
+    pub outbox_source: OutboxSource,
     /// How webhooks are delivered (`WEBHOOK_*`).
     pub webhooks: WebhookSettings,
 }
@@ -924,6 +949,35 @@ fn events_sink(errors: &mut Vec<ConfigError>) -> Option<EventsSink> {
     }
 }
 
+/// `OUTBOX_SOURCE` and, for `wal`, `OUTBOX_SLOT`.
+fn outbox_source() -> Result<OutboxSource, ConfigError> {
+    match var_or_default("OUTBOX_SOURCE").trim() {
+        "table" => Ok(OutboxSource::Table),
+        "wal" => {
+            let slot = var_or_default("OUTBOX_SLOT").trim().to_string();
+            let fits = !slot.is_empty()
+                && slot.len() <= 63
+                && slot
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if fits {
+                Ok(OutboxSource::Wal { slot })
+            } else {
+                Err(ConfigError::Invalid {
+                    var: "OUTBOX_SLOT",
+                    value: slot,
+                    why: "a slot name is 1 to 63 of a-z, 0-9 and _".into(),
+                })
+            }
+        }
+        other => Err(ConfigError::Invalid {
+            var: "OUTBOX_SOURCE",
+            value: other.into(),
+            why: "use table or wal".into(),
+        }),
+    }
+}
+
 impl Settings {
     /// Reads and checks everything `origin serve` needs; every problem at once.
     pub fn from_env() -> Result<Self, ConfigErrors> {
@@ -958,6 +1012,7 @@ impl Settings {
         let auto_migrate = keep(e, auto_migrate());
         let events = events_sink(e);
         let webhooks = webhook_settings(e);
+        let outbox_source = keep(e, outbox_source());
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -986,7 +1041,7 @@ impl Settings {
             metrics_addr,
             pg_pool_size,
             workers_nice,
-            events.zip(webhooks),
+            events.zip(webhooks).zip(outbox_source),
         ) {
             (
                 Some(addr),
@@ -1006,7 +1061,7 @@ impl Settings {
                 Some(metrics_addr),
                 Some(pg_pool_size),
                 Some(workers_nice),
-                Some((events, webhooks)),
+                Some(((events, webhooks), outbox_source)),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -1029,6 +1084,7 @@ impl Settings {
                 dev_mode,
                 events,
                 webhooks,
+                outbox_source,
             }),
             _ => Err(ConfigErrors(errs)),
         }
@@ -1216,6 +1272,7 @@ mod tests {
             dev_mode: false,
             events: EventsSink::RedisStream,
             webhooks: Default::default(),
+            outbox_source: OutboxSource::Table,
         };
         let text = format!("{s:?}");
         for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {

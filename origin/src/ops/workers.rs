@@ -31,9 +31,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::events::relay;
 use crate::events::sink::RedisStreamSink;
+use crate::events::wal::slot::WalSlot;
 use crate::events::webhooks::deliver;
-use crate::ops::configuration::EventsSink;
 use crate::ops::configuration::Settings;
+use crate::ops::configuration::{EventsSink, OutboxSource};
 use crate::ops::db::pg_pool;
 use crate::ops::state;
 use crate::reserve::engine::Engine;
@@ -118,7 +119,7 @@ pub async fn start(
                 }
             };
             rt.block_on(async move {
-                let (engine, pool, sales) = match connect(&settings).await {
+                let (engine, pool, sales) = match connect(&settings, which).await {
                     Ok(parts) => {
                         let _ = ready_tx.send(Ok(()));
                         parts
@@ -143,8 +144,21 @@ pub async fn start(
     }))
 }
 
-async fn connect(settings: &Settings) -> anyhow::Result<(Arc<Engine>, PgPool, Arc<SaleRegistry>)> {
+async fn connect(
+    settings: &Settings,
+    which: Workers,
+) -> anyhow::Result<(Arc<Engine>, PgPool, Arc<SaleRegistry>)> {
     let pool = pg_pool(settings.database_url(), settings.pg_pool_size)?;
+    if which.relay
+        && let OutboxSource::Wal { slot } = &settings.outbox_source
+    {
+        // A server without logical WAL is a configuration error: refuse
+        // to start rather than leave events in the outbox unsaid.
+        WalSlot { name: slot.clone() }
+            .prepare(&pool)
+            .await
+            .context("OUTBOX_SOURCE=wal")?;
+    }
     let engine = Arc::new(Engine {
         conn: state::redis_at_start(settings).await?,
         scripts: Scripts::load(),
@@ -183,11 +197,17 @@ async fn run(
                 tasks.spawn(relay::run(
                     pool.clone(),
                     RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
+                    settings.outbox_source.clone(),
                     stop.clone(),
                 ));
             }
             EventsSink::Kafka(kafka) => {
-                tasks.spawn(relay::run_kafka(pool.clone(), kafka.clone(), stop.clone()));
+                tasks.spawn(relay::run_kafka(
+                    pool.clone(),
+                    kafka.clone(),
+                    settings.outbox_source.clone(),
+                    stop.clone(),
+                ));
             }
         }
         // The relay queues webhook deliveries; this worker sends them.
