@@ -437,6 +437,17 @@ impl TestApp {
             .sign(&Claims::new(TokenType::User, sub, None, now_secs(), 3600))
     }
 
+    /// Admits `account` and holds one unit of `sale` for it (asserting the
+    /// 202); returns (reservation id, admission token).
+    pub async fn reserve_one(&self, sale: &str, account: &str) -> (String, String) {
+        let t = self.admit(account, sale);
+        let (s, b, _) = self
+            .reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#)
+            .await;
+        assert_eq!(s, 202, "{b}");
+        (b["reservation_id"].as_str().unwrap().to_string(), t)
+    }
+
     /// POST a reservation; returns (status, body, headers).
     pub async fn reserve(
         &self,

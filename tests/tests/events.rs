@@ -61,13 +61,6 @@ fn story(seen: &[Seen], reservation: &str) -> Vec<String> {
         .collect()
 }
 
-async fn reserve(app: &TestApp, sale: &str, acct: &str) -> (String, String) {
-    let t = app.admit(acct, sale);
-    let (s, b, _) = app.reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#).await;
-    assert_eq!(s, 202, "{b}");
-    (b["reservation_id"].as_str().unwrap().to_string(), t)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_change_of_a_reservation_leaves_once_in_order_naming_sale_sku_and_reservation() {
     let app = TestApp::spawn().await;
@@ -115,11 +108,11 @@ async fn each_change_leaves_once_in_order(app: &TestApp) {
     app.create_sale(spec).await;
 
     // Cancelled.
-    let (a, ta) = reserve(app, "ev", "ann").await;
+    let (a, ta) = app.reserve_one("ev", "ann").await;
     // Purchase started, payment failed; then started again and paid.
-    let (b, tb) = reserve(app, "ev", "bob").await;
+    let (b, tb) = app.reserve_one("ev", "bob").await;
     // Left to expire (3 s holds, the sweep runs every 200 ms).
-    let (c, _) = reserve(app, "ev", "cat").await;
+    let (c, _) = app.reserve_one("ev", "cat").await;
 
     let (s, p) = app.purchase(&b, &tb).await;
     assert_eq!(s, 201, "{p}");
@@ -276,7 +269,7 @@ async fn a_wal_relay_killed_before_it_confirms_resumes_where_the_slot_was_confir
     app.create_sale(sale_spec("evwal", 10, 1, 1)).await;
     let mut holds = Vec::new();
     for who in ["ann", "bob", "cat"] {
-        holds.push(reserve(&app, "evwal", who).await.0);
+        holds.push(app.reserve_one("evwal", who).await.0);
     }
     // Settled (the outbox rows commit with the holds): three held events
     // wait in the slot.
@@ -318,7 +311,7 @@ async fn a_wal_relay_killed_before_it_confirms_resumes_where_the_slot_was_confir
     // Marked but not confirmed (a relay killed between its commit and the
     // slot's advance, played by marking a new row by hand): read again
     // from the slot, not sent again, then confirmed.
-    reserve(&app, "evwal", "dan").await;
+    app.reserve_one("evwal", "dan").await;
     settled(&app, 4).await;
     sqlx::query("UPDATE outbox SET published_at = now() WHERE published_at IS NULL")
         .execute(&app.state.pool)

@@ -29,13 +29,6 @@ async fn purchase(app: &TestApp, id: &str, token: &str) -> (u16, Value) {
     app.purchase(id, token).await
 }
 
-async fn reserve_one(app: &TestApp, sale: &str, acct: &str) -> (String, String) {
-    let t = app.admit(acct, sale);
-    let (s, b, _) = app.reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#).await;
-    assert_eq!(s, 202, "{b}");
-    (b["reservation_id"].as_str().unwrap().to_string(), t)
-}
-
 async fn scalar_i64(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sql)
         .fetch_one(&app.state.pool)
@@ -55,7 +48,7 @@ async fn status_of(app: &TestApp, id: &str) -> String {
 async fn happy_path_reserve_settle_purchase_webhook_paid() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("happy", 5, 2, 1)).await;
-    let (id, t) = reserve_one(&app, "happy", "hana").await;
+    let (id, t) = app.reserve_one("happy", "hana").await;
     let (s, p) = purchase(&app, &id, &t).await;
     assert_eq!(s, 201, "{p}");
     assert_eq!(
@@ -113,7 +106,7 @@ async fn happy_path_reserve_settle_purchase_webhook_paid() {
 async fn duplicate_and_forged_webhooks_change_nothing() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("dupe", 5, 2, 1)).await;
-    let (id, t) = reserve_one(&app, "dupe", "dora").await;
+    let (id, t) = app.reserve_one("dupe", "dora").await;
     let (_, p) = purchase(&app, &id, &t).await;
     let pay = p["payment_id"].as_str().unwrap().to_string();
     let now = tests::now_secs();
@@ -233,7 +226,7 @@ async fn duplicate_and_forged_webhooks_change_nothing() {
 async fn two_concurrent_purchases_make_one_payment() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("twice", 5, 2, 1)).await;
-    let (id, t) = reserve_one(&app, "twice", "tom").await;
+    let (id, t) = app.reserve_one("twice", "tom").await;
     let answers = futures::future::join_all((0..8).map(|_| purchase(&app, &id, &t))).await;
     let ids: std::collections::HashSet<&str> = answers
         .iter()
@@ -257,7 +250,7 @@ async fn hold_expiring_during_payment_goes_back_on_sale_and_late_success_needs_r
     let mut spec = sale_spec("late", 1, 1, 1);
     spec.hold_seconds = 4;
     app.create_sale(spec).await;
-    let (id, t) = reserve_one(&app, "late", "lou").await;
+    let (id, t) = app.reserve_one("late", "lou").await;
     let (s, p) = purchase(&app, &id, &t).await;
     assert_eq!(s, 201);
     let pay = p["payment_id"].as_str().unwrap().to_string();
@@ -545,7 +538,7 @@ async fn webhook_declaring_a_megabyte_body_with_5000_signatures_is_refused_unrea
 async fn webhook_signature_header_refusals_each_have_their_code_and_change_nothing() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("sigs", 5, 2, 1)).await;
-    let (id, t) = reserve_one(&app, "sigs", "sid").await;
+    let (id, t) = app.reserve_one("sigs", "sid").await;
     let (_, p) = purchase(&app, &id, &t).await;
     let pay = p["payment_id"].as_str().unwrap().to_string();
     let good = event("evt_s", "payment.succeeded", &pay, 4_999);
@@ -918,7 +911,7 @@ async fn payment_transaction_failing_after_the_confirm(at_commit: bool) {
     let mut spec = sale_spec("boom", 2, 1, 1);
     spec.hold_seconds = 5;
     app.create_sale(spec).await;
-    let (id, t) = reserve_one(&app, "boom", "bea").await;
+    let (id, t) = app.reserve_one("boom", "bea").await;
     let (_, p) = purchase(&app, &id, &t).await;
     let pay = p["payment_id"].as_str().unwrap().to_string();
     let trigger = if at_commit {
@@ -960,8 +953,8 @@ async fn payment_transaction_failing_after_the_confirm(at_commit: bool) {
 async fn reconciler_sees_and_repairs_a_hold_whose_redis_and_postgres_states_disagree() {
     let app = TestApp::spawn_with(no_reconciler()).await;
     app.create_sale(sale_spec("tamper", 3, 1, 1)).await;
-    let (a, ta) = reserve_one(&app, "tamper", "ann").await;
-    let (b, tb) = reserve_one(&app, "tamper", "ben").await;
+    let (a, ta) = app.reserve_one("tamper", "ann").await;
+    let (b, tb) = app.reserve_one("tamper", "ben").await;
     let (_, pa) = purchase(&app, &a, &ta).await;
     let (_, pb) = purchase(&app, &b, &tb).await;
     let pb = pb["payment_id"].as_str().unwrap().to_string();
@@ -1039,7 +1032,7 @@ async fn hold_and_key_records_keep_an_account_with_json_special_characters() {
     // Control characters (a tab, U+0000) are refused at the door
     // (`token_bad_subject`); every other character an id may hold is kept.
     let acct = "a\"b\\c/\u{e9}\u{1F600}<&>'";
-    let (id, t) = reserve_one(&app, "jsonacct", acct).await;
+    let (id, t) = app.reserve_one("jsonacct", acct).await;
     let (_, rec, in_exp) = redis_hold(&app, "jsonacct", &id).await.expect("a hold");
     assert_eq!(
         (
@@ -1052,7 +1045,7 @@ async fn hold_and_key_records_keep_an_account_with_json_special_characters() {
         (Some(acct), Some(1), Some(1), Some("held"), true),
         "{rec}"
     );
-    let (again, _) = reserve_one(&app, "jsonacct", acct).await;
+    let (again, _) = app.reserve_one("jsonacct", acct).await;
     assert_eq!(again, id, "the key's replay answers the first hold");
     let (s, p) = purchase(&app, &id, &t).await;
     assert_eq!(s, 201, "{p}");
@@ -1072,7 +1065,7 @@ async fn reconciler_checks_paid_states_without_reading_every_hold() {
     app.create_sale(sale_spec("paidlook", 10, 1, 1)).await;
     let mut holds = Vec::new();
     for acct in ["pam", "pat", "pia", "pol", "pru"] {
-        holds.push(reserve_one(&app, "paidlook", acct).await);
+        holds.push(app.reserve_one("paidlook", acct).await);
     }
     for (n, (id, t)) in holds.iter().take(2).enumerate() {
         let (s, p) = purchase(&app, id, t).await;
@@ -1132,7 +1125,7 @@ async fn a_paid_hold_outlives_its_hold_time_and_keeps_counting_toward_the_limit(
     spec.hold_seconds = 5;
     app.create_sale(spec).await;
     let sale = app.state.sales.get("paidlife").await.unwrap().unwrap();
-    let (id, t) = reserve_one(&app, "paidlife", "pia").await;
+    let (id, t) = app.reserve_one("paidlife", "pia").await;
     let (s, p) = purchase(&app, &id, &t).await;
     assert_eq!(s, 201, "{p}");
     let body = event(
@@ -1221,11 +1214,11 @@ async fn a_payment_over_the_per_user_limit_is_refunded_when_redis_forgot_the_ear
             r["result"].as_str().unwrap().to_string()
         }
     };
-    let (first, t) = reserve_one(&app, "forgot", "ada").await;
+    let (first, t) = app.reserve_one("forgot", "ada").await;
     assert_eq!(pay_for(first.clone(), t, "evt_f1").await, "paid");
     // The failover: Redis forgets the paid hold and ada's count with it.
     app.forget_hold(&sale, &first).await;
-    let (second, t) = reserve_one(&app, "forgot", "ada").await;
+    let (second, t) = app.reserve_one("forgot", "ada").await;
     assert_eq!(
         pay_for(second.clone(), t, "evt_f2").await,
         "refund_required",
@@ -1253,7 +1246,7 @@ async fn a_payment_over_the_per_user_limit_is_refunded_when_redis_forgot_the_ear
 async fn a_capture_after_the_payment_failed_ends_refund_required_with_its_event() {
     let app = TestApp::spawn().await;
     app.create_sale(sale_spec("recapture", 3, 1, 1)).await;
-    let (id, t) = reserve_one(&app, "recapture", "rita").await;
+    let (id, t) = app.reserve_one("recapture", "rita").await;
     let (s, p) = purchase(&app, &id, &t).await;
     assert_eq!(s, 201, "{p}");
     let first = p["payment_id"].as_str().unwrap().to_string();

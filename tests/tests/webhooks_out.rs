@@ -93,13 +93,6 @@ fn app_options(schedule: &str, timeout: Duration) -> AppOptions {
     }
 }
 
-async fn reserve(app: &TestApp, sale: &str, acct: &str) -> (String, String) {
-    let t = app.admit(acct, sale);
-    let (s, b, _) = app.reserve(sale, Some(&t), Some("k"), r#"{"qty":1}"#).await;
-    assert_eq!(s, 202, "{b}");
-    (b["reservation_id"].as_str().unwrap().to_string(), t)
-}
-
 /// (status, attempts, last_status, last_error) of every delivery to `endpoint`.
 async fn deliveries(
     app: &TestApp,
@@ -142,7 +135,7 @@ async fn events_reach_receivers_verified_once_each_in_order_and_filtered() {
     let mut paid = Vec::new();
     let mut cancelled = Vec::new();
     for i in 0..6 {
-        let (id, t) = reserve(&app, "wh", &format!("buyer-{i}")).await;
+        let (id, t) = app.reserve_one("wh", &format!("buyer-{i}")).await;
         if i % 2 == 0 {
             let (s, p) = app.purchase(&id, &t).await;
             assert_eq!(s, 201, "{p}");
@@ -232,7 +225,7 @@ async fn a_dead_endpoint_dead_letters_then_replay_delivers_and_a_rotated_secret_
         .await
         .unwrap();
     // Nobody listens: three attempts (the first and two retries), then dead.
-    let (id, _) = reserve(&app, "whdead", "dana").await;
+    let (id, _) = app.reserve_one("whdead", "dana").await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let d = deliveries(&app, &ep.id).await;
@@ -320,7 +313,7 @@ async fn a_slow_endpoint_does_not_hold_up_another_and_redirects_are_not_followed
     );
     let started = Instant::now();
     for i in 0..30 {
-        reserve(&app, "whslow", &format!("s-{i}")).await;
+        app.reserve_one("whslow", &format!("s-{i}")).await;
     }
     // Every slow delivery times out (800 ms) and waits an hour; the fast
     // endpoint gets all 30 meanwhile, as if the slow one did not exist.
@@ -367,7 +360,7 @@ async fn without_allow_private_a_name_resolving_inside_is_refused_at_delivery() 
         .await
         .unwrap();
     let r = Receiver::start(port, &ep.secret, &[]);
-    reserve(&app, "whguard", "gus").await;
+    app.reserve_one("whguard", "gus").await;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let d = deliveries(&app, &ep.id).await;

@@ -73,8 +73,8 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
          - Load and sale: {settings}\n"
     );
     md.push_str(
-        "| fault | requests | 202s | acknowledged holds lost | units oversold | units lost | double effects | limit breaches | replays answered otherwise | time to recover (first new hold / settlement lag) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| fault | requests | 202s | acknowledged holds lost | units oversold | units lost | double effects | limit breaches | replays answered otherwise | events lost (of / repeated) | time to recover (first new hold / settlement lag) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         match (&r.figures, &r.not_run) {
@@ -86,7 +86,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
                 };
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} ({} / {}) | {} |",
                     r.fault,
                     f.requests,
                     f.accepted,
@@ -97,13 +97,16 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
                     cell(&f.double_effects),
                     cell(&f.limit_breaches),
                     cell(&f.replays_answered_otherwise),
+                    cell(&f.events_lost),
+                    f.events,
+                    f.events_repeated,
                     recover
                 );
             }
             (None, reason) => {
                 let _ = writeln!(
                     md,
-                    "| {} | not run: {} | | | | | | | | |",
+                    "| {} | not run: {} | | | | | | | | | |",
                     r.fault,
                     reason.as_deref().unwrap_or("no figures")
                 );
@@ -113,7 +116,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
     let verdict = if rows.iter().any(failed) {
         "**FAILED**: at least one row broke an invariant it must keep, or proved nothing (see below)."
     } else {
-        "Every row that ran kept invariants 1–4: nothing oversold, no unit lost, no double effect, no limit breached."
+        "Every row that ran kept invariants 1–4: nothing oversold, no unit lost, no double effect, no limit breached; and every event left."
     };
     let _ = writeln!(md, "\n{verdict}\n");
     md.push_str(HOW_TO_READ);
@@ -145,6 +148,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
             ("double effects", &f.double_effects),
             ("limit breaches", &f.limit_breaches),
             ("replays answered otherwise", &f.replays_answered_otherwise),
+            ("events lost", &f.events_lost),
         ] {
             if finding.count > 0 {
                 let _ = writeln!(details, "\n{name} ({}), e.g.:\n", finding.count);
@@ -198,6 +202,13 @@ history with both stores:
   with anything but its first hold, or with another qty and answered with
   anything but 422 (answers asking for a retry do not count). DESIGN.md,
   "Idempotency": a replay with the same body gets the first answer.
+- **events lost** (issue 46; part of the verdict): after the run (and a
+  last relay pass for what `origin reconcile --once` changed with the
+  origin stopped), every event the outbox holds must be on the sink (the
+  Redis stream `<prefix>:events`), every outbox row published, and no event
+  on the sink unexplained by an outbox row. In brackets: how many events
+  the outbox holds, and how many reached the sink more than once (same id:
+  at least once allows it; consumers dedupe by id).
 - **time to recover**: from the end of the fault (process back, replica
   promoted, SIGCONT) to the first new hold granted, and to the first sample
   of the settlement lag (`/metrics`, twice a second) back at or below its

@@ -48,6 +48,17 @@ pub struct Figures {
     pub limit_breaches: Finding,
     #[serde(default)]
     pub replays_answered_otherwise: Finding,
+    /// Events the outbox holds that never reached the sink, outbox rows
+    /// never published, and events on the sink no outbox row explains
+    /// (issue 46).
+    #[serde(default)]
+    pub events_lost: Finding,
+    /// Events on the sink more than once (same id: allowed, at least once).
+    #[serde(default)]
+    pub events_repeated: i64,
+    /// Events the outbox holds (all of them checked).
+    #[serde(default)]
+    pub events: i64,
     /// Fault end → first new hold granted (ms); `None`: none after it.
     pub recover_202_ms: Option<u64>,
     /// Fault end → settlement lag back at its pre-fault level (ms).
@@ -71,12 +82,13 @@ pub struct Figures {
 }
 
 impl Figures {
-    /// Oversold, lost units, double effects or limit breaches.
+    /// Oversold, lost units, double effects, limit breaches or lost events.
     pub fn broken(&self) -> bool {
         self.oversold.count > 0
             || self.lost_units.count > 0
             || self.double_effects.count > 0
             || self.limit_breaches.count > 0
+            || self.events_lost.count > 0
     }
 
     /// Why the run proves nothing, if it does not (issue 43: such a row
@@ -152,7 +164,8 @@ impl RowArgs {
         match &row.figures {
             Some(f) => eprintln!(
                 "{}: requests {}, 202s {}, acks lost {}, oversold {}, units lost {}, double effects {}, \
-                 limit breaches {}, replays answered otherwise {}, recovered after {:?} / {:?} ms",
+                 limit breaches {}, replays answered otherwise {}, events lost {} of {} ({} repeated), \
+                 recovered after {:?} / {:?} ms",
                 row.row,
                 f.requests,
                 f.accepted,
@@ -162,6 +175,9 @@ impl RowArgs {
                 f.double_effects.count,
                 f.limit_breaches.count,
                 f.replays_answered_otherwise.count,
+                f.events_lost.count,
+                f.events,
+                f.events_repeated,
                 f.recover_202_ms,
                 f.recover_lag_ms
             ),

@@ -74,8 +74,7 @@ async fn send<S: Sink>(
     die_after_publish: bool,
 ) -> anyhow::Result<usize> {
     let ids: Vec<i64> = rows.iter().map(|e| e.id).collect();
-    let facts = reservation_facts(&mut *tx, &batch::references(&rows)).await?;
-    let events = batch::expand(rows, &facts);
+    let events = events_of(&mut *tx, rows).await?;
     sink.publish_batch(&events).await?;
     let acked = chrono::Utc::now();
     for e in &events {
@@ -182,6 +181,18 @@ async fn wal_round<S: Sink>(
     Ok(WalRound { events, full })
 }
 
+/// The events `rows` carry, as the relay publishes them: a batch row's
+/// reservation events read from the reservations it names
+/// (`events::batch`). Also what an auditor expects on the sink (the chaos
+/// checker).
+pub async fn events_of(
+    conn: &mut sqlx::PgConnection,
+    rows: Vec<OutboxEvent>,
+) -> Result<Vec<OutboxEvent>, sqlx::Error> {
+    let facts = reservation_facts(&mut *conn, &batch::references(&rows)).await?;
+    Ok(batch::expand(rows, &facts))
+}
+
 /// What the reservation events of a round say, read from their rows.
 async fn reservation_facts(
     tx: &mut sqlx::PgConnection,
@@ -224,13 +235,19 @@ enum Source {
     Wal(WalSlot),
 }
 
+impl From<&OutboxSource> for Source {
+    fn from(source: &OutboxSource) -> Self {
+        match source {
+            OutboxSource::Table => Source::Table,
+            OutboxSource::Wal { slot } => Source::Wal(WalSlot { name: slot.clone() }),
+        }
+    }
+}
+
 /// Runs the relay until cancelled, then publishes what is left (a clean
 /// shutdown leaves no event waiting for the next start).
 pub async fn run<S: Sink>(pool: PgPool, sink: S, source: OutboxSource, stop: CancellationToken) {
-    let source = match source {
-        OutboxSource::Table => Source::Table,
-        OutboxSource::Wal { slot } => Source::Wal(WalSlot { name: slot }),
-    };
+    let source = Source::from(&source);
     let mut measured = std::time::Instant::now() - Duration::from_secs(60);
     loop {
         if measured.elapsed() >= Duration::from_secs(5) {
@@ -266,6 +283,26 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, source: OutboxSource, stop: Can
                 );
                 return;
             }
+        }
+    }
+}
+
+/// Publishes every row waiting (from `source`) until a round finds none
+/// full; returns how many events. What a relay does at shutdown, for a
+/// process that changed state without running one (the chaos checker,
+/// after `origin reconcile --once`).
+pub async fn flush<S: Sink>(
+    pool: &PgPool,
+    sink: &S,
+    source: &OutboxSource,
+) -> anyhow::Result<usize> {
+    let source = Source::from(source);
+    let mut total = 0;
+    loop {
+        let (n, full) = round(pool, sink, &source).await?;
+        total += n;
+        if !full {
+            return Ok(total);
         }
     }
 }
