@@ -43,6 +43,9 @@ enum Command {
     /// The outbox relay to Kafka against a plain producer of the same
     /// messages to the same broker, in one run (scripts/bench-events).
     BenchRelay(bench::relay::BenchRelayArgs),
+    /// The commit-to-sink lag of events during a sale, per window, from the
+    /// origin's histogram (scripts/bench-events).
+    EventsLag(bench::lag::EventsLagArgs),
     /// Prints admit tokens (one per line) for load tools such as wrk.
     Tokens(bench::tokens::TokensArgs),
     /// One chart and table of several edge-mode sale reports (e.g. the
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
             Command::LatencyCurve(a) => bench::curve::latency_curve(a).await,
             Command::BenchSettle(a) => bench::settle::bench_settle(a).await,
             Command::BenchRelay(a) => bench::relay::bench_relay(a).await,
+            Command::EventsLag(a) => bench::lag::run(a).await,
             Command::Tokens(a) => bench::tokens::tokens(a),
             Command::Compare(a) => sim::edge::compare(a),
             Command::Chaos(c) => chaos::command::run(c).await,

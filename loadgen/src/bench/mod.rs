@@ -2,9 +2,10 @@
 //! turns it into ratios against baselines measured in the same run.
 //!
 //! Imports flow one way: `curve` → `open_loop` → `tokens`; `settle` and
-//! `relay` stand alone.
+//! `relay` and `lag` stand alone.
 
 pub mod curve;
+pub mod lag;
 pub mod open_loop;
 pub mod relay;
 pub mod settle;
