@@ -47,6 +47,7 @@ use origin::sales::sale::Sale;
 use redis::AsyncCommands;
 use serde::Serialize;
 
+use crate::chaos::events::EventsEnd;
 use crate::chaos::history::{Entry, Op};
 use crate::chaos::row::{Figures, RowArgs};
 
@@ -124,17 +125,6 @@ pub struct Observed {
     pub skus: Vec<SkuState>,
     /// What left as events (`None`: not read).
     pub events: Option<EventsEnd>,
-}
-
-/// The events side of the end state (issue 46).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct EventsEnd {
-    /// The ids of every event the outbox holds (the relay's expansion).
-    pub expected: Vec<String>,
-    /// The ids on the sink, in its order, repeats included.
-    pub on_sink: Vec<String>,
-    /// Outbox rows not marked published.
-    pub unpublished: i64,
 }
 
 impl Observed {
@@ -324,74 +314,6 @@ pub async fn observe(
         skus,
         events: None,
     })
-}
-
-/// Reads what left as events: every event the outbox holds (expanded as
-/// the relay does) and the ids on the Redis stream `stream`.
-pub async fn observe_events(
-    pool: &sqlx::PgPool,
-    conn: &mut origin::reserve::store::RedisConn,
-    stream: &str,
-) -> anyhow::Result<EventsEnd> {
-    let rows: Vec<origin::events::sink::OutboxEvent> =
-        sqlx::query_as("SELECT id, event_id, type, payload, created_at FROM outbox ORDER BY id")
-            .fetch_all(pool)
-            .await?;
-    let mut db = pool.acquire().await?;
-    let expected = origin::events::relay::events_of(&mut db, rows)
-        .await?
-        .into_iter()
-        .map(|e| e.event_id)
-        .collect();
-    let unpublished: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE published_at IS NULL")
-            .fetch_one(pool)
-            .await?;
-    let mut on_sink = Vec::new();
-    let mut after = "-".to_string();
-    loop {
-        let page: redis::streams::StreamRangeReply =
-            conn.xrange_count(stream, &after, "+", 10_000).await?;
-        let Some(last) = page.ids.last().map(|e| e.id.clone()) else {
-            break;
-        };
-        for e in &page.ids {
-            on_sink.push(e.get::<String>("event_id").unwrap_or_default());
-        }
-        after = format!("({last}");
-    }
-    Ok(EventsEnd {
-        expected,
-        on_sink,
-        unpublished,
-    })
-}
-
-/// The events figures: every expected event on the sink, every row
-/// published, nothing on the sink unexplained; repeats counted.
-fn check_events(ev: &EventsEnd, f: &mut Figures) {
-    let expected: BTreeSet<&str> = ev.expected.iter().map(String::as_str).collect();
-    let mut seen: BTreeMap<&str, i64> = BTreeMap::new();
-    for id in &ev.on_sink {
-        *seen.entry(id.as_str()).or_default() += 1;
-    }
-    f.events = expected.len() as i64;
-    for id in &expected {
-        if !seen.contains_key(id) {
-            f.events_lost
-                .add(1, || format!("{id}: in the outbox, never on the sink"));
-        }
-    }
-    for (id, n) in &seen {
-        if !expected.contains(id) {
-            f.events_lost
-                .add(1, || format!("{id}: on the sink, in no outbox row"));
-        }
-        f.events_repeated += n - 1;
-    }
-    f.events_lost.add(ev.unpublished, || {
-        format!("{} outbox rows never marked published", ev.unpublished)
-    });
 }
 
 /// An answer that asks for a retry (429, 5xx) or no answer at all.
@@ -705,7 +627,7 @@ pub fn check(history: &[Entry], end: &Observed, fault: Option<FaultWindow>) -> F
     }
     f.max_lag = history.iter().filter_map(|e| e.lag).max().unwrap_or(0);
     if let Some(ev) = &end.events {
-        check_events(ev, &mut f);
+        crate::chaos::events::check(ev, &mut f);
     }
     f
 }
@@ -842,6 +764,11 @@ pub struct CheckArgs {
     pub fault_start_ms: Option<u64>,
     #[arg(long, requires = "fault_start_ms")]
     pub fault_end_ms: Option<u64>,
+    /// The webhook receiver's log (one JSON line per delivery it
+    /// verified): every event must have reached it, one reservation's
+    /// events in order.
+    #[arg(long)]
+    pub webhook_log: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub row: RowArgs,
 }
@@ -859,18 +786,12 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
         .with_context(|| format!("no sale {}", args.sale))?;
     let history = crate::chaos::history::read(&args.history)?;
     let mut conn = state.engine.conn.clone();
-    // What `origin reconcile --once` released with the origin stopped
-    // waits in the outbox: the product's relay sends it, from the row's
-    // source (a WAL row's slot: where its killed relay confirmed).
-    let settings = &state.settings;
-    let stream = format!("{}:events", settings.key_prefix);
-    let sink = origin::events::sink::RedisStreamSink {
-        conn: conn.clone(),
-        stream: stream.clone(),
-    };
-    origin::events::relay::flush(&state.pool, &sink, &settings.outbox_source).await?;
     let mut end = observe(&state.pool, &mut conn, &sale).await?;
-    end.events = Some(observe_events(&state.pool, &mut conn, &stream).await?);
+    end.events = Some(
+        crate::chaos::events::observe(&state, args.webhook_log.as_deref())
+            .await
+            .context("the events")?,
+    );
     let fault = args
         .fault_start_ms
         .zip(args.fault_end_ms)
@@ -1285,36 +1206,5 @@ mod tests {
         );
         assert_eq!(f.limit_breaches.count, 0, "{f:#?}");
         assert_eq!((f.sold, f.available, f.still_held), (0, 4, 6));
-    }
-
-    #[test]
-    fn events_lost_unpublished_or_unexplained_count_and_repeats_do_not() {
-        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let end = |expected: &[&str], on_sink: &[&str], unpublished: i64| Observed {
-            events: Some(EventsEnd {
-                expected: ids(expected),
-                on_sink: ids(on_sink),
-                unpublished,
-            }),
-            ..Observed::default()
-        };
-        let f = check(&[], &end(&["a", "b"], &["a", "b", "a"], 0), None);
-        assert_eq!(
-            (f.events_lost.count, f.events, f.events_repeated),
-            (0, 2, 1)
-        );
-        assert!(!f.broken(), "{f:#?}");
-        let f = check(&[], &end(&["a", "b"], &["a"], 0), None);
-        assert_eq!(f.events_lost.count, 1);
-        assert!(f.events_lost.examples[0].starts_with("b: in the outbox"));
-        assert!(f.broken());
-        let f = check(&[], &end(&["a"], &["a", "z"], 0), None);
-        assert_eq!(f.events_lost.count, 1);
-        assert!(f.events_lost.examples[0].starts_with("z: on the sink"));
-        let f = check(&[], &end(&["a"], &["a"], 3), None);
-        assert_eq!(f.events_lost.count, 3);
-        // Not read: no figure.
-        let f = check(&[], &Observed::default(), None);
-        assert_eq!((f.events_lost.count, f.events), (0, 0));
     }
 }

@@ -12,10 +12,12 @@
 
 //!
 //! Imports flow one way: `command` → (`load`, `check`, `report`) → `row`;
-//! `load` writes and `check` reads `history`.
+//! `load` writes and `check` reads `history`; `check` → `events` (the
+//! events half: outbox against sink and webhook receiver) → `row`.
 
 pub mod check;
 pub mod command;
+pub mod events;
 pub mod history;
 pub mod load;
 pub mod report;

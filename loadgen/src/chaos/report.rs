@@ -149,6 +149,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
             ("limit breaches", &f.limit_breaches),
             ("replays answered otherwise", &f.replays_answered_otherwise),
             ("events lost", &f.events_lost),
+            ("events out of order", &f.events_misordered),
         ] {
             if finding.count > 0 {
                 let _ = writeln!(details, "\n{name} ({}), e.g.:\n", finding.count);
@@ -208,7 +209,11 @@ history with both stores:
   Redis stream `<prefix>:events`), every outbox row published, and no event
   on the sink unexplained by an outbox row. In brackets: how many events
   the outbox holds, and how many reached the sink more than once (same id:
-  at least once allows it; consumers dedupe by id).
+  at least once allows it; consumers dedupe by id). A row with a webhook
+  receiver also needs every event published while the origin ran verified
+  by the receiver, no delivery left pending or dead, and one reservation's
+  events first received in the outbox's order (else "events out of
+  order", in the details and the verdict).
 - **time to recover**: from the end of the fault (process back, replica
   promoted, SIGCONT) to the first new hold granted, and to the first sample
   of the settlement lag (`/metrics`, twice a second) back at or below its

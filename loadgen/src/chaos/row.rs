@@ -53,6 +53,10 @@ pub struct Figures {
     /// (issue 46).
     #[serde(default)]
     pub events_lost: Finding,
+    /// One reservation's events reaching the webhook receiver out of the
+    /// outbox's order.
+    #[serde(default)]
+    pub events_misordered: Finding,
     /// Events on the sink more than once (same id: allowed, at least once).
     #[serde(default)]
     pub events_repeated: i64,
@@ -82,13 +86,15 @@ pub struct Figures {
 }
 
 impl Figures {
-    /// Oversold, lost units, double effects, limit breaches or lost events.
+    /// Oversold, lost units, double effects, limit breaches, or events
+    /// lost or out of order.
     pub fn broken(&self) -> bool {
         self.oversold.count > 0
             || self.lost_units.count > 0
             || self.double_effects.count > 0
             || self.limit_breaches.count > 0
             || self.events_lost.count > 0
+            || self.events_misordered.count > 0
     }
 
     /// Why the run proves nothing, if it does not (issue 43: such a row
