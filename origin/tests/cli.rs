@@ -1088,13 +1088,18 @@ fn config_check_names_the_kafka_problems() {
 }
 
 /// `OUTBOX_SOURCE` (issue 46): `table` or `wal`; the slot's name is one
-/// that can be put in SQL as an identifier unquoted.
+/// that can be put in SQL as an identifier unquoted; the relay's fault
+/// hook takes a positive round count only.
 #[test]
 fn config_check_names_the_outbox_source_problems() {
     for (env, problem) in [
         (
             vec![("OUTBOX_SOURCE", "binlog")],
             "OUTBOX_SOURCE = \"binlog\": use table or wal",
+        ),
+        (
+            vec![("FAULT_RELAY_ABORT_AFTER_ACK", "0")],
+            "FAULT_RELAY_ABORT_AFTER_ACK = \"0\": a positive integer, or unset",
         ),
         (
             vec![

@@ -295,6 +295,7 @@ impl TestApp {
             events: opts.events.clone(),
             webhooks: opts.webhooks.clone(),
             outbox_source: opts.outbox_source.clone(),
+            relay_abort_after_ack: None,
         };
         let app = Application::build(settings, opts.workers)
             .await

@@ -215,18 +215,37 @@ async fn reservation_facts(
 
 /// One round from `source`: how many events it published, and whether
 /// more are waiting (a full round: the next starts at once).
-async fn round<S: Sink>(pool: &PgPool, sink: &S, source: &Source) -> anyhow::Result<(usize, bool)> {
+/// With `die_after_publish` it stops after the sink acknowledged, before
+/// marking (see [`relay_once`]).
+async fn round<S: Sink>(
+    pool: &PgPool,
+    sink: &S,
+    source: &Source,
+    die_after_publish: bool,
+) -> anyhow::Result<(usize, bool)> {
     match source {
         Source::Table => {
-            let n = relay_once(pool, sink, 100, false).await?;
+            let n = relay_once(pool, sink, 100, die_after_publish).await?;
             // 100 rows, or the events cap.
             Ok((n, n >= 100))
         }
         Source::Wal(slot) => {
-            let r = relay_wal_once(pool, sink, slot, false).await?;
+            let r = relay_wal_once(pool, sink, slot, die_after_publish).await?;
             Ok((r.events, r.full))
         }
     }
+}
+
+/// How a running relay works (`relay::run`).
+#[derive(Debug, Clone, Default)]
+pub struct RelayOptions {
+    /// Where it finds new outbox rows.
+    pub source: OutboxSource,
+    /// A fault for `scripts/chaos` (`FAULT_RELAY_ABORT_AFTER_ACK`): the
+    /// process aborts right after the sink acknowledged the `n`th round
+    /// that carried events, before the rows are marked: a crash at the
+    /// one moment at-least-once exists for. `None` in production.
+    pub abort_after_ack: Option<u64>,
 }
 
 /// Where rows come from, ready to read.
@@ -246,15 +265,31 @@ impl From<&OutboxSource> for Source {
 
 /// Runs the relay until cancelled, then publishes what is left (a clean
 /// shutdown leaves no event waiting for the next start).
-pub async fn run<S: Sink>(pool: PgPool, sink: S, source: OutboxSource, stop: CancellationToken) {
-    let source = Source::from(&source);
+pub async fn run<S: Sink>(pool: PgPool, sink: S, options: RelayOptions, stop: CancellationToken) {
+    let source = Source::from(&options.source);
     let mut measured = std::time::Instant::now() - Duration::from_secs(60);
+    // Rounds with events before the fault, if one is asked for.
+    let mut fault_in = options.abort_after_ack;
     loop {
         if measured.elapsed() >= Duration::from_secs(5) {
             measured = std::time::Instant::now();
             measure_backlog(&pool, &source).await;
         }
-        let pause = match round(&pool, &sink, &source).await {
+        let die = fault_in == Some(1);
+        let result = round(&pool, &sink, &source, die).await;
+        if let (Ok((n, _)), Some(left)) = (&result, fault_in.as_mut())
+            && *n > 0
+        {
+            if die {
+                tracing::error!(
+                    events = n,
+                    "FAULT_RELAY_ABORT_AFTER_ACK: aborting after the sink's ack, before the mark"
+                );
+                std::process::abort();
+            }
+            *left -= 1;
+        }
+        let pause = match result {
             Ok((_, true)) => Duration::ZERO,
             Ok(_) => Duration::from_millis(200),
             Err(e) => {
@@ -270,7 +305,7 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, source: OutboxSource, stop: Can
     // The caller bounds this loop by its shutdown grace; a failure leaves
     // the rest in the outbox, where the next relay finds it.
     loop {
-        match round(&pool, &sink, &source).await {
+        match round(&pool, &sink, &source, false).await {
             Ok((_, true)) => continue,
             Ok((n, false)) => {
                 tracing::info!(published = n, "outbox flushed");
@@ -299,7 +334,7 @@ pub async fn flush<S: Sink>(
     let source = Source::from(source);
     let mut total = 0;
     loop {
-        let (n, full) = round(pool, sink, &source).await?;
+        let (n, full) = round(pool, sink, &source, false).await?;
         total += n;
         if !full {
             return Ok(total);
@@ -334,7 +369,7 @@ async fn measure_backlog(pool: &PgPool, source: &Source) {
 pub async fn run_kafka(
     pool: PgPool,
     settings: KafkaSettings,
-    source: OutboxSource,
+    options: RelayOptions,
     stop: CancellationToken,
 ) {
     let mut pause = Duration::from_millis(500);
@@ -354,5 +389,5 @@ pub async fn run_kafka(
             }
         }
     };
-    run(pool, sink, source, stop).await
+    run(pool, sink, options, stop).await
 }

@@ -231,6 +231,12 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "with `OUTBOX_SOURCE=wal`: the replication slot's and the publication's name (`a-z`, `0-9`, `_`; at most 63). A slot nobody reads keeps WAL on the server: drop it when you stop using it",
     },
     EnvVar {
+        name: "FAULT_RELAY_ABORT_AFTER_ACK",
+        default: Fallback::Unset,
+        secret: false,
+        meaning: "fault tests only (`scripts/chaos` row `relay-ack-kill`), never in production: `n`, the process aborts right after the sink acknowledged the relay's `n`th round with events, before it marks them sent",
+    },
+    EnvVar {
         name: "KAFKA_BROKERS",
         default: Fallback::Unset,
         secret: false,
@@ -481,6 +487,8 @@ pub struct Settings {
     pub events: EventsSink,
     /// How the outbox relay finds new rows.
     pub outbox_source: OutboxSource,
+    /// `FAULT_RELAY_ABORT_AFTER_ACK` (fault tests only).
+    pub relay_abort_after_ack: Option<u64>,
     /// How webhooks are delivered (`WEBHOOK_*`).
     pub webhooks: WebhookSettings,
 }
@@ -949,6 +957,21 @@ fn events_sink(errors: &mut Vec<ConfigError>) -> Option<EventsSink> {
     }
 }
 
+/// An optional positive integer (unset: `None`).
+fn optional_positive(name: &'static str) -> Result<Option<u64>, ConfigError> {
+    match var(name) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(ConfigError::Invalid {
+                var: name,
+                value: v,
+                why: "a positive integer, or unset".into(),
+            }),
+        },
+    }
+}
+
 /// `OUTBOX_SOURCE` and, for `wal`, `OUTBOX_SLOT`.
 fn outbox_source() -> Result<OutboxSource, ConfigError> {
     match var_or_default("OUTBOX_SOURCE").trim() {
@@ -1013,6 +1036,7 @@ impl Settings {
         let events = events_sink(e);
         let webhooks = webhook_settings(e);
         let outbox_source = keep(e, outbox_source());
+        let relay_abort_after_ack = keep(e, optional_positive("FAULT_RELAY_ABORT_AFTER_ACK"));
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -1041,7 +1065,10 @@ impl Settings {
             metrics_addr,
             pg_pool_size,
             workers_nice,
-            events.zip(webhooks).zip(outbox_source),
+            events
+                .zip(webhooks)
+                .zip(outbox_source)
+                .zip(relay_abort_after_ack),
         ) {
             (
                 Some(addr),
@@ -1061,7 +1088,7 @@ impl Settings {
                 Some(metrics_addr),
                 Some(pg_pool_size),
                 Some(workers_nice),
-                Some(((events, webhooks), outbox_source)),
+                Some((((events, webhooks), outbox_source), relay_abort_after_ack)),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -1085,6 +1112,7 @@ impl Settings {
                 events,
                 webhooks,
                 outbox_source,
+                relay_abort_after_ack,
             }),
             _ => Err(ConfigErrors(errs)),
         }
@@ -1273,6 +1301,7 @@ mod tests {
             events: EventsSink::RedisStream,
             webhooks: Default::default(),
             outbox_source: OutboxSource::Table,
+            relay_abort_after_ack: None,
         };
         let text = format!("{s:?}");
         for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {

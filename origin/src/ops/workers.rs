@@ -192,12 +192,16 @@ async fn run(
         tasks.spawn(settler.run(stop.clone()));
     }
     if which.relay {
+        let relay_options = relay::RelayOptions {
+            source: settings.outbox_source.clone(),
+            abort_after_ack: settings.relay_abort_after_ack,
+        };
         match &settings.events {
             EventsSink::RedisStream => {
                 tasks.spawn(relay::run(
                     pool.clone(),
                     RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix),
-                    settings.outbox_source.clone(),
+                    relay_options.clone(),
                     stop.clone(),
                 ));
             }
@@ -205,7 +209,7 @@ async fn run(
                 tasks.spawn(relay::run_kafka(
                     pool.clone(),
                     kafka.clone(),
-                    settings.outbox_source.clone(),
+                    relay_options.clone(),
                     stop.clone(),
                 ));
             }
