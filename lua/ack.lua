@@ -10,8 +10,11 @@
 --         'held'  the hold (subject: its id) exists (any status): a 202, fresh or replayed
 --         'gone'  no such hold: a cancel
 --         'paid'  the hold exists and is paid: a payment's confirm
---         'entry' the settlement entry exists and is about that hold (subject:
---                 "<entry id> <hold id>"): the settler is about to commit it
+--         'entry' the stream entry exists and is about that subject (subject:
+--                 "<entry id> <hold id>"): the settler is about to commit a
+--                 settlement entry (field 'id', the hold); or the outbox
+--                 relay is about to mark an event published (KEYS[3] the
+--                 events stream, field 'event_id', the event's id)
 --         'replay' the Idempotency-Key record KEYS[n] exists and names the hold
 --                 (subject: "<n> <hold id>"): a replay's 202, whose answer
 --                 comes from that record, whether or not the hold is still
@@ -42,7 +45,7 @@ for i = 1, #ARGV, 2 do
       if #found == 1 then
         local fields = found[1][2]
         for j = 1, #fields, 2 do
-          if fields[j] == 'id' and fields[j + 1] == hold then
+          if (fields[j] == 'id' or fields[j] == 'event_id') and fields[j + 1] == hold then
             shown = true
           end
         end

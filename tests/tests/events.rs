@@ -78,14 +78,7 @@ async fn from_the_wal_slot_each_change_leaves_once_in_order_and_the_slot_is_conf
     let app = TestApp::spawn_with(wal_options(&pg, Workers::ALL)).await;
     each_change_leaves_once_in_order(&app).await;
     // Confirmed past every event: nothing is read again.
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(
-             'flashsale_outbox', NULL, NULL, 'proto_version', '1',
-             'publication_names', 'flashsale_outbox')",
-    )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let pending = unconfirmed(&app).await;
     assert_eq!(pending, 0, "changes left unconfirmed in the slot");
     app.stop().await;
 }
@@ -265,6 +258,7 @@ async fn a_wal_relay_killed_before_it_confirms_resumes_where_the_slot_was_confir
     let sink = RedisStreamSink {
         conn: app.redis().await,
         stream: format!("{}:events", app.prefix),
+        acker: None,
     };
     app.create_sale(sale_spec("evwal", 10, 1, 1)).await;
     let mut holds = Vec::new();
@@ -322,14 +316,7 @@ async fn a_wal_relay_killed_before_it_confirms_resumes_where_the_slot_was_confir
         .unwrap();
     assert_eq!(r.events, 0, "a row already marked is not sent again");
     assert_eq!(stream_events(&app).await.len(), 6);
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(
-             'flashsale_outbox', NULL, NULL, 'proto_version', '1',
-             'publication_names', 'flashsale_outbox')",
-    )
-    .fetch_one(&app.state.pool)
-    .await
-    .unwrap();
+    let pending = unconfirmed(&app).await;
     assert_eq!(pending, 0, "the slot was moved past what was read");
     app.stop().await;
 }
@@ -383,6 +370,18 @@ async fn settled(app: &TestApp, n: i64) {
         assert!(Instant::now() < deadline, "{kept} of {n} holds settled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Messages the slot `flashsale_outbox` holds past its confirmed position.
+async fn unconfirmed(app: &TestApp) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(
+             'flashsale_outbox', NULL, NULL, 'proto_version', '1',
+             'publication_names', 'flashsale_outbox')",
+    )
+    .fetch_one(&app.state.pool)
+    .await
+    .unwrap()
 }
 
 async fn unpublished(app: &TestApp) -> i64 {

@@ -608,6 +608,57 @@ async fn with_wait_the_settler_commits_a_hold_only_once_a_replica_has_it() {
     app.stop().await;
 }
 
+/// With `REDIS_ACK=wait` the relay marks an event published on the Redis
+/// stream only once a replica has it. It used to mark on the primary's
+/// word: `scripts/chaos`' redis-failover-wait row lost 20 events that way
+/// (2026-12-06; they were marked, and the failover took them from the
+/// stream). With no replica the event stays unpublished (and is sent
+/// again, same id); once a replica has caught up, it is marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_the_relay_marks_an_event_published_only_once_a_replica_has_it() {
+    let (primary, app) = waiting_origin().await;
+    sqlx::query(
+        "INSERT INTO outbox (event_id, type, payload)
+         VALUES ('evt_w', 'order.paid', '{\"sale\": \"ew\"}')",
+    )
+    .execute(&app.state.pool)
+    .await
+    .unwrap();
+    let unpublished = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            .fetch_one(&app.state.pool)
+            .await
+            .unwrap()
+    };
+    // The relay has run (it is on the stream) but has not marked it.
+    let mut conn = app.redis().await;
+    let stream = format!("{}:events", app.prefix);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n: usize = redis::AsyncCommands::xlen(&mut conn, &stream)
+            .await
+            .unwrap();
+        if n > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the relay never published");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(unpublished().await, 1, "marked although no replica has it");
+    let _replica = RedisServer::start_on_free_cluster_port(&[
+        "--replicaof",
+        "127.0.0.1",
+        &primary.port.to_string(),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while unpublished().await > 0 {
+        assert!(Instant::now() < deadline, "never marked once replicated");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}
+
 /// Issue 43 #3: with `REDIS_ACK=wait`, a replay of a key whose hold has
 /// been released since (cancelled here; expired or rejected alike) was
 /// checked as "the hold exists", which it never will again: 503

@@ -340,6 +340,7 @@ async fn relay_dying_between_publish_and_mark_publishes_again_and_the_consumer_p
     let sink = origin::events::sink::RedisStreamSink {
         conn: conn.clone(),
         stream: format!("{}:private-events", app.prefix),
+        acker: None,
     };
     // The in-process relay is off: this call is the only one that can take
     // the row, so it must publish it (a relay that publishes nothing fails).

@@ -76,6 +76,7 @@ pub async fn observe(state: &AppState, webhook_log: Option<&Path>) -> anyhow::Re
             let sink = RedisStreamSink {
                 conn: state.engine.conn.clone(),
                 stream: stream.clone(),
+                acker: None,
             };
             relay::flush(pool, &sink, &settings.outbox_source).await?;
             stream_ids(state, &stream).await?

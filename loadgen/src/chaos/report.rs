@@ -53,7 +53,12 @@ fn cell(f: &Finding) -> String {
 /// after it: `Figures::vacuous`).
 pub fn failed(r: &Row) -> bool {
     r.figures.as_ref().is_some_and(|f| {
-        f.broken() || (r.must_keep_acks && f.acks_lost.count > 0) || !f.vacuous().is_empty()
+        let broken = if r.sink_may_lose {
+            f.broken_but_for_lost_events()
+        } else {
+            f.broken()
+        };
+        broken || (r.must_keep_acks && f.acks_lost.count > 0) || !f.vacuous().is_empty()
     })
 }
 
@@ -86,7 +91,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
                 };
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} ({} / {}) | {} |",
+                    "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} ({} / {}){} | {} |",
                     r.fault,
                     f.requests,
                     f.accepted,
@@ -100,6 +105,11 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
                     cell(&f.events_lost),
                     f.events,
                     f.events_repeated,
+                    if r.sink_may_lose {
+                        " (lost with the sink's data)"
+                    } else {
+                        ""
+                    },
                     recover
                 );
             }
@@ -209,7 +219,12 @@ history with both stores:
   Redis stream `<prefix>:events`), every outbox row published, and no event
   on the sink unexplained by an outbox row. In brackets: how many events
   the outbox holds, and how many reached the sink more than once (same id:
-  at least once allows it; consumers dedupe by id). A row with a webhook
+  at least once allows it; consumers dedupe by id). Where the fault
+  destroys the sink's own data (the Redis stream, with `REDIS_ACK=local`,
+  on a Redis that loses what it acknowledged) the events lost are shown
+  "(lost with the sink's data)" and do not fail the row, as acknowledged
+  holds lost do not there; with `REDIS_ACK=wait` the relay marks a batch
+  only once a replica has it, and the failover must lose none. A row with a webhook
   receiver also needs every event published while the origin ran verified
   by the receiver, no delivery left pending or dead, and one reservation's
   events first received in the outbox's order (else "events out of
@@ -269,6 +284,7 @@ mod tests {
             not_run: None,
             figures: Some(f),
             must_keep_acks,
+            sink_may_lose: false,
             seconds: 1,
         }
     }
@@ -290,6 +306,21 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**FAILED**"), "{md}");
+    }
+
+    /// Events lost fail a row unless its fault destroys the sink's own
+    /// data; events out of order fail every row.
+    #[test]
+    fn lost_events_fail_a_row_unless_the_sink_lost_its_data() {
+        let mut r = row(false, 0, 0);
+        r.figures.as_mut().unwrap().events_lost.count = 20;
+        assert!(failed(&r));
+        r.sink_may_lose = true;
+        assert!(!failed(&r));
+        let md = render(std::slice::from_ref(&r), "cmd", "m", "s", "d");
+        assert!(md.contains("(lost with the sink's data)"), "{md}");
+        r.figures.as_mut().unwrap().events_misordered.count = 1;
+        assert!(failed(&r));
     }
 
     /// Issue 43: a row that tested nothing used to pass.

@@ -97,6 +97,18 @@ impl Figures {
             || self.events_misordered.count > 0
     }
 
+    /// The same, but events lost do not count: for a row whose fault
+    /// destroys the sink's own data (the Redis stream with `REDIS_ACK=local`
+    /// when Redis loses what it acknowledged), as acknowledged holds lost
+    /// do not count there either.
+    pub fn broken_but_for_lost_events(&self) -> bool {
+        self.oversold.count > 0
+            || self.lost_units.count > 0
+            || self.double_effects.count > 0
+            || self.limit_breaches.count > 0
+            || self.events_misordered.count > 0
+    }
+
     /// Why the run proves nothing, if it does not (issue 43: such a row
     /// passed): it accepted no reservation; no request overlapped the
     /// fault; or selling never came back after the fault while units were
@@ -130,6 +142,10 @@ pub struct Row {
     /// Acknowledged holds lost fail this row.
     #[serde(default)]
     pub must_keep_acks: bool,
+    /// The fault destroys the events sink's own data: events lost do not
+    /// fail this row.
+    #[serde(default)]
+    pub sink_may_lose: bool,
     /// Seconds of load.
     #[serde(default)]
     pub seconds: u64,
@@ -147,6 +163,10 @@ pub struct RowArgs {
     /// Acknowledged holds lost fail this row.
     #[arg(long)]
     pub must_keep_acks: bool,
+    /// The fault destroys the events sink's own data (events lost do not
+    /// fail the row).
+    #[arg(long)]
+    pub sink_may_lose: bool,
     /// Seconds of load.
     #[arg(long, default_value_t = 0)]
     pub seconds: u64,
@@ -164,6 +184,7 @@ impl RowArgs {
             not_run,
             figures,
             must_keep_acks: self.must_keep_acks,
+            sink_may_lose: self.sink_may_lose,
             seconds: self.seconds,
         };
         std::fs::write(&self.out, serde_json::to_string_pretty(&row)?)?;

@@ -5,6 +5,7 @@
 //! publishes, then marks the row sent); consumers dedupe
 //! (`crate::events::consume`).
 
+use crate::reserve::ack::{Acker, Fact};
 use crate::reserve::store::RedisConn;
 
 /// One outbox event.
@@ -45,10 +46,18 @@ pub trait Sink: Send + Sync {
 pub const EVENTS_MAXLEN: usize = 1_000_000;
 
 /// Publishes to a Redis stream, trimmed to about [`EVENTS_MAXLEN`] entries.
+///
+/// With an acknowledger (`REDIS_ACK=wait`) a batch counts as published
+/// only once a replica has it: the relay then marks rows whose events
+/// survive a failover. Without one, the stream is as durable as the
+/// Redis it is on (a primary lost with its data loses the events published
+/// to it; `scripts/chaos` counts them).
 #[derive(Clone)]
 pub struct RedisStreamSink {
     pub conn: RedisConn,
     pub stream: String,
+    /// `REDIS_ACK=wait`: confirms each batch's last entry on a replica.
+    pub acker: Option<Acker>,
 }
 
 impl RedisStreamSink {
@@ -56,7 +65,27 @@ impl RedisStreamSink {
         RedisStreamSink {
             conn,
             stream: format!("{prefix}:events"),
+            acker: None,
         }
+    }
+
+    /// The same, acknowledged by `acker`'s replica checks.
+    pub fn acknowledged_by(mut self, acker: Option<Acker>) -> Self {
+        self.acker = acker;
+        self
+    }
+
+    /// Waits for a replica to have the entry `entry_id` of event
+    /// `event_id` (no acknowledger: at once).
+    async fn replicated(&self, entry_id: &str, event_id: &str) -> anyhow::Result<()> {
+        let Some(acker) = &self.acker else {
+            return Ok(());
+        };
+        let barrier = format!("{}:ack", self.stream);
+        acker
+            .confirm(Fact::event(&self.stream, &barrier, entry_id, event_id))
+            .await
+            .map_err(|e| anyhow::anyhow!("events stream not replicated: {e}"))
     }
 }
 
@@ -83,8 +112,8 @@ impl RedisStreamSink {
 impl Sink for RedisStreamSink {
     async fn publish(&self, event: &OutboxEvent) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
-        let _: String = self.xadd(event).query_async(&mut conn).await?;
-        Ok(())
+        let entry: String = self.xadd(event).query_async(&mut conn).await?;
+        self.replicated(&entry, &event.event_id).await
     }
 
     /// One pipeline per batch: a settlement batch's hundreds of hold
@@ -92,13 +121,19 @@ impl Sink for RedisStreamSink {
     /// order (one connection, commands in order).
     async fn publish_batch(&self, events: &[OutboxEvent]) -> anyhow::Result<()> {
         let mut conn = self.conn.clone();
+        let mut last = None;
         for chunk in events.chunks(500) {
             let mut pipe = redis::pipe();
             for e in chunk {
                 pipe.add_command(self.xadd(e));
             }
-            let _: Vec<String> = pipe.query_async(&mut conn).await?;
+            let entries: Vec<String> = pipe.query_async(&mut conn).await?;
+            last = entries.last().cloned().zip(chunk.last());
         }
-        Ok(())
+        // The last entry on a replica: every earlier one is too.
+        match last {
+            Some((entry, event)) => self.replicated(&entry, &event.event_id).await,
+            None => Ok(()),
+        }
     }
 }

@@ -133,6 +133,23 @@ impl Fact {
     }
 }
 
+impl Fact {
+    /// The events stream `stream` (the outbox relay's Redis sink) holds
+    /// entry `entry_id` for event `event_id`: the relay marks a batch
+    /// published only once a replica has its last entry (and so every
+    /// earlier one: one replication log). `barrier` is the round's counter.
+    pub fn event(stream: &str, barrier: &str, entry_id: &str, event_id: &str) -> Self {
+        Fact {
+            barrier: barrier.to_string(),
+            holds: stream.to_string(),
+            stream: stream.to_string(),
+            id: format!("{entry_id} {event_id}"),
+            kind: FactKind::Entry,
+            record: None,
+        }
+    }
+}
+
 /// Why a write was not acknowledged. The write may exist on the primary
 /// all the same: the client is told to retry (503), and retries are
 /// idempotent.
