@@ -126,7 +126,7 @@ pub fn render(rows: &[Row], command: &str, machine: &str, settings: &str, date: 
     let verdict = if rows.iter().any(failed) {
         "**FAILED**: at least one row broke an invariant it must keep, or proved nothing (see below)."
     } else {
-        "Every row that ran kept invariants 1–4: nothing oversold, no unit lost, no double effect, no limit breached; and every event left."
+        "Every row that ran kept invariants 1–4: nothing oversold, no unit lost, no double effect, no limit breached; and every event left, but where the fault destroyed the events stream's own Redis data (`REDIS_ACK=local`)."
     };
     let _ = writeln!(md, "\n{verdict}\n");
     md.push_str(HOW_TO_READ);
