@@ -23,7 +23,7 @@ let shared; // rings sharing a secret
 
 before(async () => {
   const userSecret = keys.USER_TOKEN_KEYS.split(',')[0].split(':')[1];
-  [remote, shared] = await Promise.all([
+  const started = await Promise.allSettled([
     startEdge({ originUrl: 'http://192.0.2.10:8080', devVars: { ...keys, DEV_MODE: 1 } }),
     startEdge({
       originUrl: process.env.ORIGIN_URL,
@@ -34,6 +34,11 @@ before(async () => {
       },
     }),
   ]);
+  // Kept even when the other failed, so that `after` stops it: an instance
+  // left running kept the file alive until its 480 s timeout.
+  [remote, shared] = started.map((r) => (r.status === 'fulfilled' ? r.value : undefined));
+  const failed = started.find((r) => r.status === 'rejected');
+  if (failed) throw failed.reason;
 });
 
 after(async () => {

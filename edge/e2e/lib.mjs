@@ -208,6 +208,19 @@ export function freePort() {
  * refusing edge answers errors); answers { url, log, stop }.
  */
 export async function startEdge({ originUrl, devVars }) {
+  // A free port can be taken before wrangler binds it (the two e2e passes
+  // start instances side by side: "Address already in use" seen in a full
+  // run): then again on other ports.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startEdgeOnce({ originUrl, devVars });
+    } catch (e) {
+      if (attempt >= 5 || !/Address already in use/.test(String(e.message))) throw e;
+    }
+  }
+}
+
+async function startEdgeOnce({ originUrl, devVars }) {
   const dir = join(process.env.RUN_DIR, `edge-cfg-${rid()}`);
   mkdirSync(dir, { recursive: true });
   const toml = readFileSync(join(process.env.RUN_DIR, 'edge', 'wrangler.toml'), 'utf8')
