@@ -89,12 +89,7 @@ impl Figures {
     /// Oversold, lost units, double effects, limit breaches, or events
     /// lost or out of order.
     pub fn broken(&self) -> bool {
-        self.oversold.count > 0
-            || self.lost_units.count > 0
-            || self.double_effects.count > 0
-            || self.limit_breaches.count > 0
-            || self.events_lost.count > 0
-            || self.events_misordered.count > 0
+        self.broken_but_for_lost_events() || self.events_lost.count > 0
     }
 
     /// The same, but events lost do not count: for a row whose fault
