@@ -118,8 +118,9 @@ pub async fn relay_wal_once<S: Sink>(
     die_after_publish: bool,
 ) -> anyhow::Result<WalRound> {
     let mut conn = pool.acquire().await?;
+    let lock = format!("flashsale outbox slot {}", slot.name);
     let (mine,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock(hashtext($1))")
-        .bind(format!("flashsale outbox slot {}", slot.name))
+        .bind(&lock)
         .fetch_one(&mut *conn)
         .await?;
     if !mine {
@@ -127,7 +128,7 @@ pub async fn relay_wal_once<S: Sink>(
     }
     let sent = wal_round(&mut conn, sink, slot, die_after_publish).await;
     let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext($1))")
-        .bind(format!("flashsale outbox slot {}", slot.name))
+        .bind(&lock)
         .execute(&mut *conn)
         .await;
     if unlocked.is_err() || die_after_publish {
@@ -220,17 +221,18 @@ async fn reservation_facts(
 async fn round<S: Sink>(
     pool: &PgPool,
     sink: &S,
-    source: &Source,
+    source: &OutboxSource,
     die_after_publish: bool,
 ) -> anyhow::Result<(usize, bool)> {
     match source {
-        Source::Table => {
+        OutboxSource::Table => {
             let n = relay_once(pool, sink, 100, die_after_publish).await?;
             // 100 rows, or the events cap.
             Ok((n, n >= 100))
         }
-        Source::Wal(slot) => {
-            let r = relay_wal_once(pool, sink, slot, die_after_publish).await?;
+        OutboxSource::Wal { slot } => {
+            let slot = WalSlot { name: slot.clone() };
+            let r = relay_wal_once(pool, sink, &slot, die_after_publish).await?;
             Ok((r.events, r.full))
         }
     }
@@ -248,35 +250,20 @@ pub struct RelayOptions {
     pub abort_after_ack: Option<u64>,
 }
 
-/// Where rows come from, ready to read.
-enum Source {
-    Table,
-    Wal(WalSlot),
-}
-
-impl From<&OutboxSource> for Source {
-    fn from(source: &OutboxSource) -> Self {
-        match source {
-            OutboxSource::Table => Source::Table,
-            OutboxSource::Wal { slot } => Source::Wal(WalSlot { name: slot.clone() }),
-        }
-    }
-}
-
 /// Runs the relay until cancelled, then publishes what is left (a clean
 /// shutdown leaves no event waiting for the next start).
 pub async fn run<S: Sink>(pool: PgPool, sink: S, options: RelayOptions, stop: CancellationToken) {
-    let source = Source::from(&options.source);
+    let source = &options.source;
     let mut measured = std::time::Instant::now() - Duration::from_secs(60);
     // Rounds with events before the fault, if one is asked for.
     let mut fault_in = options.abort_after_ack;
     loop {
         if measured.elapsed() >= Duration::from_secs(5) {
             measured = std::time::Instant::now();
-            measure_backlog(&pool, &source).await;
+            measure_backlog(&pool, source).await;
         }
         let die = fault_in == Some(1);
-        let result = round(&pool, &sink, &source, die).await;
+        let result = round(&pool, &sink, source, die).await;
         if let (Ok((n, _)), Some(left)) = (&result, fault_in.as_mut())
             && *n > 0
         {
@@ -304,21 +291,12 @@ pub async fn run<S: Sink>(pool: PgPool, sink: S, options: RelayOptions, stop: Ca
     }
     // The caller bounds this loop by its shutdown grace; a failure leaves
     // the rest in the outbox, where the next relay finds it.
-    loop {
-        match round(&pool, &sink, &source, false).await {
-            Ok((_, true)) => continue,
-            Ok((n, false)) => {
-                tracing::info!(published = n, "outbox flushed");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(
-                    error = format!("{e:#}"),
-                    "outbox flush failed; events stay for the next relay"
-                );
-                return;
-            }
-        }
+    match flush(&pool, &sink, source).await {
+        Ok(n) => tracing::info!(published = n, "outbox flushed"),
+        Err(e) => tracing::warn!(
+            error = format!("{e:#}"),
+            "outbox flush failed; events stay for the next relay"
+        ),
     }
 }
 
@@ -331,10 +309,9 @@ pub async fn flush<S: Sink>(
     sink: &S,
     source: &OutboxSource,
 ) -> anyhow::Result<usize> {
-    let source = Source::from(source);
     let mut total = 0;
     loop {
-        let (n, full) = round(pool, sink, &source, false).await?;
+        let (n, full) = round(pool, sink, source, false).await?;
         total += n;
         if !full {
             return Ok(total);
@@ -345,9 +322,9 @@ pub async fn flush<S: Sink>(
 /// `flashsale_outbox_pending` (rows not yet published) and
 /// `flashsale_outbox_oldest_pending_seconds`: events that stop leaving (a
 /// sink down) show here first (deploy/prometheus/alerts.yml).
-async fn measure_backlog(pool: &PgPool, source: &Source) {
-    if let Source::Wal(slot) = source
-        && let Ok(Some(lag)) = slot.lag_bytes(pool).await
+async fn measure_backlog(pool: &PgPool, source: &OutboxSource) {
+    if let OutboxSource::Wal { slot } = source
+        && let Ok(Some(lag)) = (WalSlot { name: slot.clone() }).lag_bytes(pool).await
     {
         metrics::gauge!("flashsale_outbox_slot_lag_bytes").set(lag);
     }

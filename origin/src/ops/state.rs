@@ -133,10 +133,17 @@ pub fn settler(
     let mut settler = Settler::new(engine, pool, sales, cfg);
     // REDIS_ACK=wait: batches commit once a replica has them, checked
     // on a connection of the settler's own (ends with the settler).
-    if let AckMode::Wait { timeout, .. } = settings.redis_ack {
-        settler.acker = Some(Acker::start(settings.redis.clone(), timeout, 1));
-    }
+    settler.acker = worker_acker(settings);
     Arc::new(settler)
+}
+
+/// `REDIS_ACK=wait`: an acknowledger on a connection of one worker's own
+/// (the settler's, the relay's), which ends with it; `None` for `local`.
+pub fn worker_acker(settings: &Settings) -> Option<Acker> {
+    match settings.redis_ack {
+        AckMode::Wait { timeout, .. } => Some(Acker::start(settings.redis.clone(), timeout, 1)),
+        AckMode::Local => None,
+    }
 }
 
 /// `<host>-<pid>-<random>`: unique per worker, readable in XINFO CONSUMERS.

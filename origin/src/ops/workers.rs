@@ -34,10 +34,9 @@ use crate::events::sink::RedisStreamSink;
 use crate::events::wal::slot::WalSlot;
 use crate::events::webhooks::deliver;
 use crate::ops::configuration::Settings;
-use crate::ops::configuration::{AckMode, EventsSink, OutboxSource};
+use crate::ops::configuration::{EventsSink, OutboxSource};
 use crate::ops::db::pg_pool;
 use crate::ops::state;
-use crate::reserve::ack::Acker;
 use crate::reserve::engine::Engine;
 use crate::reserve::scripts::Scripts;
 use crate::sales::registry::SaleRegistry;
@@ -202,7 +201,9 @@ async fn run(
                 tasks.spawn(relay::run(
                     pool.clone(),
                     RedisStreamSink::new(engine.conn.clone(), &settings.key_prefix)
-                        .acknowledged_by(stream_acker(settings)),
+                        // REDIS_ACK=wait: a batch counts as published once a
+                        // replica has it.
+                        .acknowledged_by(state::worker_acker(settings)),
                     relay_options.clone(),
                     stop.clone(),
                 ));
@@ -246,14 +247,5 @@ fn lower_priority(by: i32) {
     let to = (now + by).min(19);
     if let Err(e) = rustix::process::setpriority_process(None, to) {
         tracing::warn!(error = %e, nice = to, "could not lower the workers' priority");
-    }
-}
-
-/// `REDIS_ACK=wait`: the relay's Redis stream counts a batch published
-/// once a replica has it, checked on a connection of the relay's own.
-fn stream_acker(settings: &Settings) -> Option<Acker> {
-    match settings.redis_ack {
-        AckMode::Wait { timeout, .. } => Some(Acker::start(settings.redis.clone(), timeout, 1)),
-        AckMode::Local => None,
     }
 }
