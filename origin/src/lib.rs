@@ -2,6 +2,7 @@
 //! Postgres as the truth behind it. See each module's doc for the
 //! invariants it keeps; `reserve::engine` holds the core protocol.
 
+pub mod admin;
 pub mod events;
 pub mod http;
 pub mod ops;

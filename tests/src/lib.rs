@@ -200,10 +200,22 @@ pub fn now_secs() -> u64 {
 /// The payment webhook secret of every [`TestApp`].
 pub const WEBHOOK_SECRET: &str = "whsec_test";
 
+/// The `read` admin key of every [`TestApp`] (`ADMIN_KEYS` id `viewer`).
+pub const ADMIN_READ_KEY: &str = "viewer-secret-0123456789abcdef";
+/// The `write` admin key of every [`TestApp`] (`ADMIN_KEYS` id `operator`).
+pub const ADMIN_WRITE_KEY: &str = "operator-secret-0123456789abcdef";
+
+/// The `ADMIN_KEYS` value of every [`TestApp`].
+pub fn admin_keys_value() -> String {
+    format!("operator:write:{ADMIN_WRITE_KEY},viewer:read:{ADMIN_READ_KEY}")
+}
+
 /// A running origin for one test.
 pub struct TestApp {
     pub addr: String,
     pub port: u16,
+    /// The admin listener's base URL (`http://127.0.0.1:<port>`).
+    pub admin_addr: String,
     pub prefix: String,
     pub db: TestDb,
     pub redis: RedisTarget,
@@ -236,6 +248,10 @@ pub struct AppOptions {
     /// The Postgres server the app's database is made on (`None`: the
     /// shared local one).
     pub pg_admin_url: Option<String>,
+    /// The edge the admin API reads queue figures from (`ADMIN_EDGE_URL`).
+    pub admin_edge_url: Option<String>,
+    /// Admin API requests per second per address (`ADMIN_RATE_PER_S`).
+    pub admin_rate_per_s: u32,
 }
 
 impl Default for AppOptions {
@@ -254,6 +270,8 @@ impl Default for AppOptions {
             },
             outbox_source: Default::default(),
             pg_admin_url: None,
+            admin_edge_url: None,
+            admin_rate_per_s: 1_000,
         }
     }
 }
@@ -296,11 +314,19 @@ impl TestApp {
             webhooks: opts.webhooks.clone(),
             outbox_source: opts.outbox_source.clone(),
             relay_abort_after_ack: None,
+            admin: origin::ops::configuration::AdminSettings {
+                addr: "127.0.0.1:0".parse().unwrap(),
+                keys: token::AdminKeys::parse(Some(&admin_keys_value())).unwrap(),
+                edge_url: opts.admin_edge_url.clone(),
+                edge_secret: Some(ADMIN_WRITE_KEY.to_string().into()),
+                rate_per_s: opts.admin_rate_per_s,
+            },
         };
         let app = Application::build(settings, opts.workers)
             .await
             .expect("origin builds");
         let port = app.port();
+        let admin_port = app.admin_port().expect("the admin listener is bound");
         let state = app.state();
         let stop = CancellationToken::new();
         let s = stop.clone();
@@ -310,6 +336,7 @@ impl TestApp {
         let app = TestApp {
             addr: format!("http://127.0.0.1:{port}"),
             port,
+            admin_addr: format!("http://127.0.0.1:{admin_port}"),
             prefix,
             db,
             redis: opts.redis,
@@ -569,6 +596,29 @@ impl TestApp {
             .text()
             .await
             .expect("metrics text")
+    }
+
+    /// An admin API call (`/admin/api/<path>`) with the bearer `key`;
+    /// returns (status, JSON body).
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .client
+            .request(method, format!("{}/admin/api/{path}", self.admin_addr));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let res = req.send().await.expect("request sent");
+        let status = res.status().as_u16();
+        (status, res.json().await.unwrap_or(Value::Null))
     }
 
     /// GET a path; returns (status, JSON body).

@@ -18,16 +18,18 @@
 //! - no I/O and no clock: the caller passes `now`, which keeps this crate
 //!   testable with fixed vectors on the host and in Wasm.
 //!
-//! Layout: [`claims`] (what a token says), [`error`] (why one is refused),
+//! Layout: [`admin`] (operator keys: `ADMIN_KEYS`), [`claims`] (what a token says), [`error`] (why one is refused),
 //! [`jwt`] (the JWT form of `user` tokens), [`keyring`] (signing and
 //! verifying); this file only re-exports them, so the crate's users write
 //! `token::KeyRing`, `token::Claims` and so on.
 
+pub mod admin;
 pub mod claims;
 pub mod error;
 pub mod jwt;
 pub mod keyring;
 
+pub use admin::{AdminKeys, MIN_ADMIN_SECRET_LEN, Scope};
 pub use claims::{
     CLOCK_SKEW_SECS, Claims, MAX_SUBJECT_BYTES, TicketData, TokenType, VERSION, random_jti,
     valid_subject,

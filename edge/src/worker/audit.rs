@@ -12,6 +12,7 @@ use worker::{Cache, Env, Method, Request, Response, console_log};
 use crate::api::error::{ApiError, ApiResult};
 use crate::draw::freeze::LISTING_MAX;
 use crate::draw::hash;
+use crate::guard::admin;
 use crate::http::cache::{cache_key, cache_put_json};
 use crate::http::keys::{admin_keys, bearer_of, ring, ticket_claims};
 use crate::http::origin::origin_summary;
@@ -138,12 +139,14 @@ fn not_in_draw() -> ApiError {
 
 /// `GET /api/sales/{sale}/metrics` (admin key): the coordinator's
 /// admission figures as Prometheus text (`metrics::render`), for a
-/// scraper; at most a second old (not cached downstream).
+/// scraper, or as JSON with `?format=json` (the origin's admin API); at
+/// most a second old (not cached downstream).
 pub(crate) async fn metrics(env: &Env, req: &Request, sale: &str) -> ApiResult<Response> {
     // Operators only (issue 44 #3), checked before anything is asked of
     // the origin or the coordinator: a refused scrape costs them nothing.
     let auth = req.headers().get("authorization").ok().flatten();
-    let id = admin_keys(env)?.check(auth.as_deref())?.to_string();
+    let keys = admin_keys(env)?;
+    let id = admin::check(&keys, auth.as_deref(), admin::Scope::Read)?.to_string();
     console_log!("metrics {sale}: admin key {id}");
     // Unknown sales are refused before an object is created for them.
     origin_summary(env, sale).await?;
@@ -159,6 +162,14 @@ pub(crate) async fn metrics(env: &Env, req: &Request, sale: &str) -> ApiResult<R
     .await?;
     let f: crate::api::metrics::AdmissionFigures = serde_json::from_value(v)
         .map_err(|_| ApiError::new(502, "queue_error", "bad admission figures"))?;
+    // The origin's admin API (its live view of the sale) reads the
+    // figures as JSON.
+    let url = req.url().map_err(internal)?;
+    if query(&url, "format").as_deref() == Some("json") {
+        let body = serde_json::to_value(&f)
+            .map_err(|_| ApiError::new(500, "internal", "figures not serializable"))?;
+        return json_response(200, &body, "no-store").map_err(internal);
+    }
     let headers = worker::Headers::new();
     headers
         .set("content-type", "text/plain; version=0.0.4; charset=utf-8")

@@ -208,6 +208,11 @@ pub struct SaleSummary {
     admission_factor: f64,
     admission_p99_ms: f64,
     paused: bool,
+    /// The operator's message to every waiting page: plain text (shown as
+    /// text, never as markup), at most 280 characters; null: none.
+    message: Option<String>,
+    /// When the message was posted.
+    message_at: Option<String>,
     health: Health,
     queue: QueueLayout,
     /// `none`, `pow:<bits>` or `turnstile`.

@@ -72,6 +72,22 @@ pub const ERROR_CODES: &[&str] = &[
     "webhook_not_configured",
 ];
 
+/// How many times this process answered each code of [`ERROR_CODES`]
+/// (same index), for the admin API's live view.
+static ANSWERED: [std::sync::atomic::AtomicU64; ERROR_CODES.len()] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; ERROR_CODES.len()];
+
+/// Every error code this process has answered, with how many times (codes
+/// never answered are left out).
+pub fn answered() -> Vec<(&'static str, u64)> {
+    ERROR_CODES
+        .iter()
+        .zip(ANSWERED.iter())
+        .map(|(c, n)| (*c, n.load(std::sync::atomic::Ordering::Relaxed)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 /// An error answer of the API: its status, `code` and message.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -236,6 +252,9 @@ impl IntoResponse for ApiError {
             "error code {:?} is missing from ERROR_CODES (and so from the OpenAPI document)",
             self.code()
         );
+        if let Ok(i) = ERROR_CODES.binary_search(&self.code()) {
+            ANSWERED[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let message = match &self {
             ApiError::Internal(e) => {
                 tracing::error!(error = ?e, "internal error");

@@ -551,6 +551,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 queue_shards,
                 paused,
                 admission_p99_ms,
+                ..Default::default()
             };
             change_and_print(&sale, &change).await
         }

@@ -129,6 +129,30 @@ pub const ENV_VARS: &[EnvVar] = &[
         meaning: "admin listen address for `GET /metrics` and `GET /healthz` (e.g. `0.0.0.0:9090`, for Prometheus inside the cluster); when set, `/metrics` leaves the public listener, and `origin settle` serves it too",
     },
     EnvVar {
+        name: "ADMIN_KEYS",
+        default: Fallback::Unset,
+        secret: true,
+        meaning: "operator keys of the admin API and console, `kid:scope:secret[,…]` with scope `read` or `write` (secrets of at least 22 characters; several for rotation); sent as `Authorization: Bearer <secret>`. Unset: no admin listener. The edge takes the same value (its sale metrics need any scope)",
+    },
+    EnvVar {
+        name: "ADMIN_ADDR",
+        default: Fallback::Value("127.0.0.1:9091"),
+        secret: false,
+        meaning: "the admin API's and console's listen address (`/admin/`), when `ADMIN_KEYS` is set; never the public port. The same address as `ORIGIN_METRICS_ADDR` shares that listener",
+    },
+    EnvVar {
+        name: "ADMIN_EDGE_URL",
+        default: Fallback::Unset,
+        secret: false,
+        meaning: "the edge's base URL, where the admin API reads a live sale's queue figures (`GET /api/sales/{sale}/metrics` with the first `read` key of `ADMIN_KEYS`). Unset: the live view has no queue figures",
+    },
+    EnvVar {
+        name: "ADMIN_RATE_PER_S",
+        default: Fallback::Value("20"),
+        secret: false,
+        meaning: "admin API requests per second per client address (bursts of twice that); more are answered 429 `rate_limited` with `Retry-After`",
+    },
+    EnvVar {
         name: "DATABASE_POOL_SIZE",
         default: Fallback::Value("16"),
         secret: false,
@@ -491,6 +515,91 @@ pub struct Settings {
     pub relay_abort_after_ack: Option<u64>,
     /// How webhooks are delivered (`WEBHOOK_*`).
     pub webhooks: WebhookSettings,
+    /// The admin API and console (`ADMIN_*`).
+    pub admin: AdminSettings,
+}
+
+/// The admin API and console (`ADMIN_*`). `Debug` shows key ids only.
+#[derive(Debug, Clone)]
+pub struct AdminSettings {
+    /// Where the admin listener binds; it runs only when `keys` is not empty.
+    pub addr: SocketAddr,
+    pub keys: token::AdminKeys,
+    /// The edge's base URL (no trailing slash), for a sale's queue figures.
+    pub edge_url: Option<String>,
+    /// The secret the admin API presents to the edge: the first key's of
+    /// `ADMIN_KEYS` (the edge takes the same value).
+    pub edge_secret: Option<SecretString>,
+    /// Requests per second per client address.
+    pub rate_per_s: u32,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            keys: token::AdminKeys::default(),
+            edge_url: None,
+            edge_secret: None,
+            rate_per_s: 20,
+        }
+    }
+}
+
+/// `ADMIN_*`, every problem reported.
+pub fn admin_settings(errors: &mut Vec<ConfigError>) -> Option<AdminSettings> {
+    let text = var_or_default("ADMIN_ADDR");
+    let addr = keep(
+        errors,
+        text.trim()
+            .parse::<SocketAddr>()
+            .map_err(|_| ConfigError::Invalid {
+                var: "ADMIN_ADDR",
+                value: text.clone(),
+                why: "expected ip:port (e.g. 127.0.0.1:9091)".into(),
+            }),
+    );
+    let keys = keep(
+        errors,
+        token::AdminKeys::parse(var("ADMIN_KEYS").as_deref()).map_err(|why| ConfigError::Invalid {
+            var: "ADMIN_KEYS",
+            value: "****".into(),
+            why,
+        }),
+    );
+    let edge_url = match var("ADMIN_EDGE_URL") {
+        None => Some(None),
+        Some(u) => match url::Url::parse(u.trim()) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {
+                Some(Some(u.trim().trim_end_matches('/').to_string()))
+            }
+            _ => {
+                errors.push(ConfigError::Invalid {
+                    var: "ADMIN_EDGE_URL",
+                    value: u,
+                    why: "expected an http(s) URL (e.g. http://127.0.0.1:8787)".into(),
+                });
+                None
+            }
+        },
+    };
+    let rate_per_s = keep(
+        errors,
+        positive::<u32>("ADMIN_RATE_PER_S", "a positive integer"),
+    );
+    // Parsed above: the first entry is `kid:scope:secret` or `kid:secret`.
+    let edge_secret = var("ADMIN_KEYS").and_then(|raw| {
+        let first = raw.split(',').next()?.trim().to_string();
+        let secret = first.rsplit_once(':')?.1.to_string();
+        Some(SecretString::from(secret))
+    });
+    Some(AdminSettings {
+        addr: addr?,
+        keys: keys?,
+        edge_secret,
+        edge_url: edge_url?,
+        rate_per_s: rate_per_s?,
+    })
 }
 
 fn var(name: &'static str) -> Option<String> {
@@ -1037,6 +1146,7 @@ impl Settings {
         let webhooks = webhook_settings(e);
         let outbox_source = keep(e, outbox_source());
         let relay_abort_after_ack = keep(e, optional_positive("FAULT_RELAY_ABORT_AFTER_ACK"));
+        let admin = admin_settings(e);
         keep(e, log_format());
         keep(e, log_filter());
         if let (Some(u), Some(a)) = (&user_keys, &admission_keys)
@@ -1068,7 +1178,8 @@ impl Settings {
             events
                 .zip(webhooks)
                 .zip(outbox_source)
-                .zip(relay_abort_after_ack),
+                .zip(relay_abort_after_ack)
+                .zip(admin),
         ) {
             (
                 Some(addr),
@@ -1088,7 +1199,7 @@ impl Settings {
                 Some(metrics_addr),
                 Some(pg_pool_size),
                 Some(workers_nice),
-                Some((((events, webhooks), outbox_source), relay_abort_after_ack)),
+                Some(((((events, webhooks), outbox_source), relay_abort_after_ack), admin)),
             ) if errs.is_empty() => Ok(Settings {
                 database_url,
                 redis,
@@ -1113,6 +1224,7 @@ impl Settings {
                 webhooks,
                 outbox_source,
                 relay_abort_after_ack,
+                admin,
             }),
             _ => Err(ConfigErrors(errs)),
         }
@@ -1181,6 +1293,10 @@ pub fn effective() -> Vec<Effective> {
                     _ => "(not set)".into(),
                 },
                 "USER_TOKEN_KEYS" | "ADMISSION_TOKEN_KEYS" => describe_ring(&value),
+                "ADMIN_KEYS" => match token::AdminKeys::parse(Some(&value)) {
+                    Ok(k) => format!("{k:?}"),
+                    Err(_) => "(malformed)".into(),
+                },
                 "PAYMENT_WEBHOOK_SECRET" => {
                     let n = webhook_secrets().len();
                     format!("**** ({n} secret{})", if n == 1 { "" } else { "s" })
@@ -1302,9 +1418,19 @@ mod tests {
             webhooks: Default::default(),
             outbox_source: OutboxSource::Table,
             relay_abort_after_ack: None,
+            admin: AdminSettings {
+                keys: token::AdminKeys::parse(Some("ops:write:admin-secret-of-22-chars")).unwrap(),
+                ..Default::default()
+            },
         };
         let text = format!("{s:?}");
-        for secret in ["pw-db-secret", "pw-redis-secret", "whsec-secret", "AQEB"] {
+        for secret in [
+            "pw-db-secret",
+            "pw-redis-secret",
+            "whsec-secret",
+            "AQEB",
+            "admin-secret",
+        ] {
             assert!(!text.contains(secret), "{secret} leaked in {text}");
         }
         assert!(text.contains("u1") && text.contains("a1"), "{text}");

@@ -22,6 +22,8 @@ use crate::ops::workers::{self, Workers};
 pub struct Application {
     port: u16,
     listener: TcpListener,
+    /// The admin API's listener (`ADMIN_ADDR`), when `ADMIN_KEYS` is set.
+    admin: Option<TcpListener>,
     state: AppState,
     workers: Workers,
 }
@@ -36,9 +38,20 @@ impl Application {
             .with_context(|| format!("binding {addr}"))?;
         let port = listener.local_addr()?.port();
         let _ = state.bound_port.set(port);
+        let admin = if state.settings.admin.keys.is_empty() {
+            None
+        } else {
+            let a = state.settings.admin.addr;
+            Some(
+                TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("binding ADMIN_ADDR {a}"))?,
+            )
+        };
         Ok(Application {
             port,
             listener,
+            admin,
             state,
             workers,
         })
@@ -46,6 +59,14 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The admin listener's port, when there is one.
+    pub fn admin_port(&self) -> Option<u16> {
+        self.admin
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port())
     }
 
     pub fn state(&self) -> AppState {
@@ -71,7 +92,31 @@ impl Application {
         let workers_stop = CancellationToken::new();
         // On a thread of their own, at a lower priority (`crate::ops::workers`).
         let workers = workers::start(&state.settings, self.workers, workers_stop.clone()).await?;
-        let _admin = serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?;
+        // One listener when ADMIN_ADDR is ORIGIN_METRICS_ADDR: the admin
+        // API's serves /metrics and /healthz too.
+        let shared =
+            self.admin.is_some() && state.settings.metrics_addr == Some(state.settings.admin.addr);
+        let _metrics = if shared {
+            None
+        } else {
+            serve_admin(state.settings.metrics_addr, workers_stop.clone()).await?
+        };
+        let _admin = self.admin.map(|listener| {
+            let stop = workers_stop.clone();
+            let app = crate::admin::routes::router(state.clone(), shared, stop.clone());
+            tracing::info!(addr = ?listener.local_addr().ok(), "admin API and console (/admin/)");
+            tokio::spawn(async move {
+                let served = axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+                if let Err(e) = served {
+                    tracing::error!(error = %e, "admin API listener failed");
+                }
+            })
+        });
         tracing::info!(port = self.port, "origin listening");
         let app = router::router(state.clone());
         let server_stop = stop.clone();

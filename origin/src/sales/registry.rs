@@ -73,6 +73,8 @@ pub struct SaleRegistry {
     /// First loads that reached Postgres, by this registry.
     loads: Arc<std::sync::atomic::AtomicU64>,
     flags: std::sync::Mutex<HashMap<String, Arc<SoldOutFlag>>>,
+    /// Holds this process granted, by sale (the admin API's holds/s).
+    granted: std::sync::Mutex<HashMap<String, Arc<std::sync::atomic::AtomicU64>>>,
     pub epoch: Instant,
 }
 
@@ -94,6 +96,7 @@ impl SaleRegistry {
             loading: Arc::new(tokio::sync::Semaphore::new(FIRST_LOADS_AT_ONCE)),
             loads: Arc::default(),
             flags: Default::default(),
+            granted: Default::default(),
             epoch: Instant::now(),
         }
     }
@@ -169,6 +172,25 @@ impl SaleRegistry {
         Ok(sale)
     }
 
+    /// Puts a config this process just changed (and committed) into the
+    /// cache at once, so its own answers (the summary the edge reads) carry
+    /// the change now rather than within [`CONFIG_TTL`]; a reload already
+    /// under way does not overwrite it with what it read before.
+    pub async fn changed(&self, cfg: SaleConfig) {
+        let id = cfg.id.clone();
+        let sale = Arc::new(Sale::new(cfg, &self.prefix));
+        let mut cache = self.cache.write().await;
+        let reloading = cache.get(&id).is_some_and(|c| c.reloading);
+        cache.insert(
+            id,
+            Cached {
+                sale: Some(sale),
+                fetched: Instant::now(),
+                reloading,
+            },
+        );
+    }
+
     /// First loads this registry sent to Postgres (the process-wide figure
     /// is `flashsale_sale_config_loads_total`).
     pub fn first_loads_sent(&self) -> u64 {
@@ -180,6 +202,17 @@ impl SaleRegistry {
     pub async fn first_loads_cached(&self) -> u64 {
         self.first_loads.run_pending_tasks().await;
         self.first_loads.entry_count()
+    }
+
+    /// The count of holds this process granted in sale `id` (new ones, not
+    /// replays), kept across config reloads.
+    pub fn granted(&self, id: &str) -> Arc<std::sync::atomic::AtomicU64> {
+        self.granted
+            .lock()
+            .expect("granted map lock is never poisoned: no panics while held")
+            .entry(id.to_string())
+            .or_default()
+            .clone()
     }
 
     /// The sold-out flag of a sale (created unset on first use).
@@ -241,10 +274,16 @@ impl SaleRegistry {
 /// Reloads one cached sale config; on failure keeps the old one and tries
 /// again after the TTL.
 async fn reload(pool: PgPool, prefix: String, cache: Cache, id: String) {
+    let started = Instant::now();
     let loaded = load_sale(&pool, &id).await;
     let mut cache = cache.write().await;
     let Some(c) = cache.get_mut(&id) else { return };
     c.reloading = false;
+    if c.fetched > started {
+        // `SaleRegistry::changed` put a newer config meanwhile: this load
+        // may have read Postgres before that change committed.
+        return;
+    }
     c.fetched = Instant::now();
     match loaded {
         Ok(Some(cfg)) => c.sale = Some(Arc::new(Sale::new(cfg, &prefix))),

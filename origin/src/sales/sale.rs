@@ -54,6 +54,10 @@ pub struct SaleConfig {
     /// The drand-style beacon the draw's key takes a round of (DESIGN.md
     /// "The draw, v2"); `None`: no beacon.
     pub draw_beacon: Option<String>,
+    /// The operator's message to every waiting page (plain text, at most
+    /// 280 characters; `None`: no message), and when it was posted.
+    pub message: Option<String>,
+    pub message_at: Option<DateTime<Utc>>,
     /// What the sale sells, by position (at least one once loaded: every
     /// query that reads a config goes through [`with_skus`]).
     #[sqlx(skip)]
@@ -215,7 +219,7 @@ impl SoldOutFlag {
 /// The columns of a [`SaleConfig`], in every query that reads one.
 pub(crate) const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms, bot_check, join_limit, currency, draw_beacon";
+     admission_p99_ms, bot_check, join_limit, currency, draw_beacon, message, message_at";
 
 /// A sale's config from Postgres, or `None` when there is no such sale.
 pub(crate) async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
@@ -314,6 +318,8 @@ mod tests {
             join_limit: 1_000,
             currency: "EUR".into(),
             draw_beacon: None,
+            message: None,
+            message_at: None,
             skus: (0..skus)
                 .map(|p| Sku {
                     id: format!("u{p:04}"),

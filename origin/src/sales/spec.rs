@@ -267,6 +267,41 @@ pub struct SaleChange {
     /// Pause (`true`) or resume (`false`) admission at the edge.
     pub paused: Option<bool>,
     pub admission_p99_ms: Option<f64>,
+    /// A new start; only before the sale starts (and only to a later time
+    /// than now).
+    pub starts_at: Option<DateTime<Utc>>,
+    /// `Some(Some(text))` posts a message to every waiting page (checked
+    /// by [`valid_message`]), `Some(None)` takes it down.
+    pub message: Option<Option<String>>,
+    /// Refuse the change (`ChangeError::Started`) once the sale has
+    /// started: the admin API's edits, which may change a sale only before.
+    pub before_start_only: bool,
+}
+
+/// The longest operator message, in characters.
+pub const MAX_MESSAGE_CHARS: usize = 280;
+
+/// Why a message cannot be posted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageError {
+    /// More than [`MAX_MESSAGE_CHARS`] characters (how many it has).
+    TooLong(usize),
+    /// A control character (other than a line break) is in it.
+    ControlCharacter,
+}
+
+/// The message as stored: trimmed; `None` when blank (no message). Markup
+/// is kept as typed: pages show it as text, never as HTML.
+pub fn valid_message(text: &str) -> Result<Option<String>, MessageError> {
+    let t = text.trim();
+    let n = t.chars().count();
+    if n > MAX_MESSAGE_CHARS {
+        return Err(MessageError::TooLong(n));
+    }
+    if t.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(MessageError::ControlCharacter);
+    }
+    Ok((!t.is_empty()).then(|| t.to_string()))
 }
 
 /// Why a sale could not be changed.
@@ -274,6 +309,10 @@ pub struct SaleChange {
 pub enum ChangeError {
     #[error("no sale {0:?}")]
     NotFound(String),
+    #[error(
+        "sale {0:?} has started: only pause, resume, the admission rate, a message, its end and revokes may change now"
+    )]
+    Started(String),
     #[error("invalid change: {0}")]
     Invalid(String),
     #[error("database: {0}")]
@@ -289,6 +328,19 @@ pub async fn change_sale(
     id: &str,
     change: &SaleChange,
 ) -> Result<SaleConfig, ChangeError> {
+    let mut tx = pool.begin().await?;
+    let (_, changed) = change_sale_in(&mut tx, id, change).await?;
+    tx.commit().await?;
+    Ok(changed)
+}
+
+/// [`change_sale`] inside the caller's transaction (the admin API writes
+/// its audit entry in the same one): the sale before and after.
+pub async fn change_sale_in(
+    tx: &mut sqlx::PgConnection,
+    id: &str,
+    change: &SaleChange,
+) -> Result<(SaleConfig, SaleConfig), ChangeError> {
     let bad = |m: &str| Err(ChangeError::Invalid(m.to_string()));
     // People may join a sale's queue as soon as it exists, and an account's
     // queue shard depends on the count: changing it would move accounts to
@@ -303,10 +355,17 @@ pub async fn change_sale(
         && change.ends_at.is_none()
         && change.paused.is_none()
         && change.admission_p99_ms.is_none()
+        && change.starts_at.is_none()
+        && change.message.is_none()
     {
         return bad(
             "nothing to change: give --admission-rate, --admission-factor, --admission-p99-ms, --paused or --ends-at",
         );
+    }
+    if let Some(Some(text)) = &change.message
+        && valid_message(text) != Ok(Some(text.clone()))
+    {
+        return bad("the message must be checked by valid_message first");
     }
     if change.admission_p99_ms.is_some_and(|p| !valid_p99(p)) {
         return bad(P99_MESSAGE);
@@ -317,7 +376,6 @@ pub async fn change_sale(
     if change.admission_factor.is_some_and(|f| !valid_factor(f)) {
         return bad(FACTOR_MESSAGE);
     }
-    let mut tx = pool.begin().await?;
     let current: Option<SaleConfig> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM sales WHERE id = $1 FOR UPDATE"
     ))
@@ -325,20 +383,40 @@ pub async fn change_sale(
     .fetch_optional(&mut *tx)
     .await?;
     let current = current.ok_or_else(|| ChangeError::NotFound(id.to_string()))?;
+    let now = Utc::now();
+    let started = current.starts_at <= now;
+    if started && (change.before_start_only || change.starts_at.is_some()) {
+        return Err(ChangeError::Started(id.to_string()));
+    }
+    if let Some(start) = change.starts_at
+        && start <= now
+    {
+        return bad("a new start must be later than now");
+    }
+    let starts_at = change.starts_at.unwrap_or(current.starts_at);
     if let Some(end) = change.ends_at
-        && end <= current.starts_at
+        && end <= starts_at
     {
         return bad(&format!(
             "--ends-at must be after the sale's start ({})",
-            current.starts_at.to_rfc3339()
+            starts_at.to_rfc3339()
         ));
+    }
+    if change.starts_at.is_some()
+        && change.ends_at.is_none()
+        && current.ends_at.is_some_and(|e| e <= starts_at)
+    {
+        return bad("the new start is not before the sale's end: give a later end too");
     }
     let changed: SaleConfig = sqlx::query_as(&format!(
         "UPDATE sales SET admission_rate = COALESCE($2, admission_rate),
                           admission_factor = COALESCE($3, admission_factor),
                           ends_at = COALESCE($4, ends_at),
                           paused = COALESCE($5, paused),
-                          admission_p99_ms = COALESCE($6, admission_p99_ms)
+                          admission_p99_ms = COALESCE($6, admission_p99_ms),
+                          starts_at = COALESCE($7, starts_at),
+                          message = CASE WHEN $8 THEN $9 ELSE message END,
+                          message_at = CASE WHEN $8 THEN now() ELSE message_at END
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
@@ -347,15 +425,22 @@ pub async fn change_sale(
     .bind(change.ends_at)
     .bind(change.paused)
     .bind(change.admission_p99_ms)
+    .bind(change.starts_at)
+    .bind(change.message.is_some())
+    .bind(change.message.clone().flatten())
     .fetch_one(&mut *tx)
     .await?;
     let changed = with_skus(&mut *tx, vec![changed])
         .await?
         .pop()
         .ok_or_else(|| ChangeError::Invalid(format!("sale {id:?} has no SKUs")))?;
-    tx.commit().await?;
+    // A change never touches the SKUs.
+    let current = SaleConfig {
+        skus: changed.skus.clone(),
+        ..current
+    };
     tracing::info!(sale = %id, ?change, "sale changed");
-    Ok(changed)
+    Ok((current, changed))
 }
 
 /// Writes the sale to Postgres and initializes its stock in Redis.

@@ -74,7 +74,12 @@ pub async fn create(
     let result = create_inner(&app, &sale_id, &headers, &body).await;
     let outcome = match &result {
         Ok((_, true)) => "replayed",
-        Ok((_, false)) => "held",
+        Ok((_, false)) => {
+            app.sales
+                .granted(&sale_id)
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            "held"
+        }
         Err(e) => e.code(),
     };
     metrics::counter!("flashsale_reservation_requests_total", "outcome" => outcome).increment(1);

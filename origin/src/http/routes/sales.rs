@@ -65,14 +65,19 @@ pub async fn summary(
     State(app): State<AppState>,
     Path(sale_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    Ok(Json(summary_of(&app, &sale_id).await?))
+}
+
+/// The summary of a sale as `GET /api/sales/{sale}` answers it (cached
+/// [`crate::ops::state::SUMMARY_TTL`], single flight).
+pub async fn summary_of(app: &AppState, sale_id: &str) -> Result<Value, ApiError> {
     let sale = app
         .sales
-        .get(&sale_id)
+        .get(sale_id)
         .await?
         .ok_or_else(|| ApiError::not_found("sale_not_found", format!("no sale {sale_id:?}")))?;
-    let body = app
-        .summaries
-        .try_get_with(sale_id, compute(&app, &sale))
+    app.summaries
+        .try_get_with(sale_id.to_string(), compute(app, &sale))
         .await
         // The first waiter gets its own error; others a plain 503.
         .map_err(|e| {
@@ -82,8 +87,7 @@ pub async fn summary(
                     format!("the summary could not be computed: {e}"),
                 )
             })
-        })?;
-    Ok(Json(body))
+        })
 }
 
 async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
@@ -150,6 +154,9 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         "admission_p99_ms": cfg.admission_p99_ms,
         // An operator paused admission (the edge's frontier holds).
         "paused": cfg.paused,
+        // The operator's message to waiting people (plain text; null: none).
+        "message": cfg.message,
+        "message_at": cfg.message_at.map(|t| t.to_rfc3339()),
         // What the edge's admission controller follows (this replica, the
         // last `window_s` seconds; see crate::http::load).
         "health": {
