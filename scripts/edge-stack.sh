@@ -120,7 +120,9 @@ ADMISSION_TOKEN_KEYS="$(key "a$RANDOM"),$(key "a$RANDOM")"
 PAYMENT_WEBHOOK_SECRET="$(head -c 24 /dev/urandom | base64 -w0)"
 export ADMIN_KEYS
 admin_secret() { head -c 32 /dev/urandom | base64 -w0 | tr '+/' '-_' | tr -d '='; }
-ADMIN_KEYS="ops-e2e:$(admin_secret),old-e2e:$(admin_secret)"
+# The first key may write (the origin's admin API: issue 47), the second
+# only read, in the edge's older unscoped form.
+ADMIN_KEYS="ops-e2e:write:$(admin_secret),old-e2e:$(admin_secret)"
 export DATABASE_URL="postgres://postgres@127.0.0.1:5432/$stack_db"
 if [[ -n "${EDGE_REDIS_URL:-}" ]]; then
   export REDIS_URL="$EDGE_REDIS_URL"
@@ -146,11 +148,15 @@ export REDIS_KEY_PREFIX="fs_edge_$run_id"
 export ORIGIN_DEV_MODE=1
 reserve_port; ORIGIN_PORT=$RESERVED
 reserve_port; EDGE_PORT=$RESERVED
+reserve_port; ADMIN_PORT=$RESERVED
 reserve_port; INSPECTOR_PORT=$RESERVED
 # The e2e Turnstile test serves a stand-in siteverify on this port.
 reserve_port; TURNSTILE_PORT=$RESERVED
 export TURNSTILE_PORT
 export ORIGIN_ADDR="127.0.0.1:$ORIGIN_PORT"
+# The origin's admin API, and where it reads the edge's queue figures.
+export ADMIN_ADDR="127.0.0.1:$ADMIN_PORT" ADMIN_URL="http://127.0.0.1:$ADMIN_PORT"
+export ADMIN_EDGE_URL="http://127.0.0.1:$EDGE_PORT"
 
 createdb -h 127.0.0.1 -U postgres "$stack_db"
 "$ORIGIN_BIN" migrate >"$RUN_DIR/migrate.log" 2>&1

@@ -35,8 +35,14 @@ export function claims(typ, sub, sale, ttl = 3600, now = Math.floor(Date.now() /
 export const userToken = (sub, ttl) =>
   sign(process.env.USER_TOKEN_KEYS, claims('user', sub, undefined, ttl));
 
-/** The secret of admin key `i` of the stack's `ADMIN_KEYS` (`id:secret,…`). */
-export const adminKey = (i = 0) => process.env.ADMIN_KEYS.split(',')[i].split(':').slice(1).join(':');
+/** The secret of admin key `i` of the stack's `ADMIN_KEYS` (`id[:scope]:secret,…`). */
+export const adminKey = (i = 0) => process.env.ADMIN_KEYS.split(',')[i].split(':').at(-1);
+/** The origin's admin API (`ADMIN_ADDR`), with the stack's first (write) admin key. */
+export async function admin(method, path, body, { key = adminKey(0) } = {}) {
+  return call(method, `${process.env.ADMIN_URL}/admin/api/${path}`, {
+    headers: { authorization: `Bearer ${key}` }, body,
+  });
+}
 
 /**
  * The sale's admission metrics from the edge (operators only: the admin

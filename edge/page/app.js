@@ -31,6 +31,7 @@
     price: ['Price {price}', 'Giá {price}'],
     from: ['From {price}', 'Từ {price}'],
     skus_h: ['Items', 'Sản phẩm'],
+    notice_h: ['From the shop:', 'Thông báo từ cửa hàng:'],
     item: ['Item', 'Sản phẩm'],
     price_h: ['Price', 'Giá'],
     left_h: ['Availability', 'Tình trạng'],
@@ -299,7 +300,11 @@
         return;
       }
     } catch { /* next round */ }
-    later('summary', jitter(5000), loadSummary);
+    // While in line, the shop's message (issue 47) must show within 5 s of
+    // being posted: 1 s of edge cache plus at most 3.3 s here. Others need
+    // the summary less often.
+    const inLine = status && !['closed', 'sold_out'].includes(status.status);
+    later('summary', jitter(inLine ? 3000 : 5000), loadSummary);
   }
 
   async function poll() {
@@ -633,6 +638,9 @@
     if (s) {
       document.title = t(status?.status === 'admitted' && !st.res ? 'title_turn' : 'title', { name: s.name });
       say('name', s.name);
+      // The operator's message: text, never markup (textContent).
+      say('notice-text', typeof s.message === 'string' ? s.message : '');
+      show('notice', typeof s.message === 'string' && s.message !== '');
       const cur = s.currency || CURRENCY;
       const list = skus();
       const ps = list.map((k) => k.price_cents);
