@@ -73,6 +73,12 @@ local function stock_key(p)
   return KEYS[1] .. ':' .. int(p)
 end
 
+-- The users-hash field marking an account whose admission was revoked
+-- (`sales::revoke`); never a count (a position is a number, `r` is not).
+local function revoked_field(acct)
+  return acct .. '\nr'
+end
+
 -- The users-hash field counting an account's units of the SKU at `p`.
 local function sku_field(acct, p)
   return acct .. '\n' .. int(p)

@@ -25,6 +25,9 @@
 --                                    qty or another SKU; nothing changes (answered 422)
 --   {10, used}                       SKU LIMIT: qty would take the account over the SKU's
 --                                    own limit (`used`: its units of this SKU)
+--   {11}                             REVOKED: an operator (or the origin) ended this
+--                                    account's admission to the sale (the users hash's
+--                                    `<account>\nr` field, `sales::revoke`): no new hold
 --
 -- Invariants: (1) stock never goes below zero — units are granted only from
 -- what `stock` holds; (2) the account's count on its home shard is raised by
@@ -53,6 +56,11 @@ if prior then
 end
 
 local acct, limit = ARGV[1], tonumber(ARGV[3])
+-- A replay above still answers the hold the account made before its
+-- admission was revoked; a new hold is refused.
+if redis.call('HEXISTS', KEYS[4], revoked_field(acct)) == 1 then
+  return {11}
+end
 local now, hold_ms, id, shard = now_ms(), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local used = tonumber(redis.call('HGET', KEYS[4], acct) or '0')
 if used + qty > limit then

@@ -100,3 +100,59 @@ test('a message from the admin API is in the edge summary within 5 s, as text, a
     [['message', false], ['message', true], ['message', false], ['resume', false], ['pause', false]]);
   assert.ok(a.body.entries.every((e) => e.key_id === 'ops-e2e'));
 });
+
+test('a revoke from the admin API passes the turn on at once: the next person is admitted, the revoked one can no longer reserve', async () => {
+  // Two units, factor 1: two people admitted, the third waits for a share
+  // of the inventory cap, which only a given-back turn frees.
+  const REV = `e2e-rev-${rid()}`;
+  createSale({
+    sale: REV, name: 'E2E revoke', units: 2, 'per-user-limit': 1, shards: 1,
+    'queue-shards': 2, 'starts-at': 'now', 'admission-rate': 5, 'admission-factor': 1,
+  });
+  const line = Array.from({ length: 4 }, (_, i) => ({ account: `rev-${i}-${rid()}` }));
+  const st = async (p) => {
+    const r = await call('GET', `${EDGE}/api/sales/${REV}/queue`, { token: p.ticket, timeoutMs: 20_000 });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    if (r.body.ticket) p.ticket = r.body.ticket;
+    p.last = r.body;
+    return r.body;
+  };
+  for (const p of line) {
+    const r = await call('POST', `${EDGE}/api/sales/${REV}/queue`, { token: userToken(p.account) });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    p.ticket = r.body.ticket;
+    await sleep(1100); // one a second: places follow this order
+  }
+  const two = await until(30_000, async () => {
+    for (const p of line) await st(p);
+    return line.filter((p) => p.last.status === 'admitted').length === 2 && line.some((p) => p.last.status === 'waiting');
+  }, 500);
+  assert.ok(two, `two admitted, one waiting: ${JSON.stringify(line.map((p) => [p.last.place, p.last.status]))}`);
+  // Seen while admitted (the page polls), then held at the cap for a moment.
+  await sleep(3000);
+  for (const p of line) await st(p);
+  const admitted = line.filter((p) => p.last.status === 'admitted');
+  assert.equal(admitted.length, 2, 'the cap holds the third');
+  const next = line.filter((p) => p.last.status === 'waiting').sort((a, b) => a.last.place - b.last.place)[0];
+  const gone = admitted[0];
+  const oldToken = gone.last.admission_token;
+  assert.ok(oldToken, 'an admitted person holds an admit token');
+  const r = await admin('POST', `sales/${REV}/revoke`, { account: gone.account });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(r.body.after.edge, 'passed_on');
+  const t0 = Date.now();
+  const took = await timeUntil(async () => (await st(next)).status === 'admitted', 30_000);
+  console.log(`revoke → next person admitted after ${took} ms (t0 = the admin API's answer)`);
+  assert.ok(took <= BOUND_MS, `the next person was admitted ${took} ms after the revoke`);
+  const closed = await until(10_000, async () => (await st(gone)).status === 'closed', 250);
+  assert.ok(closed, `the revoked person's turn is over: ${JSON.stringify(gone.last)}`);
+  assert.ok(Date.now() - t0 < 15_000);
+  // Their admit token from before the revoke no longer buys.
+  const res = await call('POST', `${EDGE}/api/sales/${REV}/reservations`, {
+    token: oldToken, body: { qty: 1 }, headers: { 'idempotency-key': `rev-${rid()}` },
+  });
+  assert.equal(res.status, 403, JSON.stringify(res.body));
+  assert.equal(res.body.error.code, 'admission_revoked');
+  const live = await admin('GET', `sales/${REV}/live`);
+  assert.ok(live.body.queue == null || live.body.queue.turns_passed_on >= 1, JSON.stringify(live.body.queue));
+});

@@ -30,6 +30,7 @@ fn documented(r: &Route) -> Option<&'static str> {
         Route::Draw(_) => "Draw",
         Route::Receipt(_) => "Receipt",
         Route::Metrics(_) => "Metrics",
+        Route::Revoke(_) => "Revoke",
         Route::Reserve(_) => "Reserve",
         Route::ReservationGet(_) => "ReservationGet",
         Route::ReservationCancel(_) => "ReservationCancel",
@@ -43,7 +44,7 @@ fn documented(r: &Route) -> Option<&'static str> {
     })
 }
 
-const ALL_API_ROUTES: [&str; 17] = [
+const ALL_API_ROUTES: [&str; 18] = [
     "Health",
     "Ping",
     "Summary",
@@ -53,6 +54,7 @@ const ALL_API_ROUTES: [&str; 17] = [
     "Draw",
     "Receipt",
     "Metrics",
+    "Revoke",
     "Reserve",
     "ReservationGet",
     "ReservationCancel",

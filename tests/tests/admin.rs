@@ -492,3 +492,116 @@ async fn the_live_view_counts_holds_and_streams_a_frame_a_second() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_account_gets_no_new_hold_but_keeps_what_it_holds() {
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("rev", 20, 3, 4)).await;
+    let t = app.admit("buyer", "rev");
+    let (s, first, _) = app
+        .reserve("rev", Some(&t), Some("k1"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202, "{first}");
+    let (s, b) = app
+        .admin(
+            Method::POST,
+            "sales/rev/revoke",
+            W,
+            Some(json!({"account": "buyer"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["after"]["new"], true);
+    assert_eq!(
+        b["after"]["edge"], "not_configured",
+        "no ADMIN_EDGE_URL here"
+    );
+    // No new hold, on whichever shard; the first hold's replay still answers it.
+    let (s, e, _) = app
+        .reserve("rev", Some(&t), Some("k2"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (403, Some("admission_revoked")),
+        "{e}"
+    );
+    let (s, again, _) = app
+        .reserve("rev", Some(&t), Some("k1"), r#"{"qty":1}"#)
+        .await;
+    assert_eq!(s, 202);
+    assert_eq!(again["reservation_id"], first["reservation_id"]);
+    // Others are not touched, and nothing was released.
+    let (s, _, _) = app
+        .reserve(
+            "rev",
+            Some(&app.admit("other", "rev")),
+            Some("k"),
+            r#"{"qty":2}"#,
+        )
+        .await;
+    assert_eq!(s, 202);
+    let (_, summary) = app.get("/api/sales/rev", None).await;
+    assert_eq!(summary["units_available"], 17);
+    // Again: nothing more changes.
+    let (s, b) = app
+        .admin(
+            Method::POST,
+            "sales/rev/revoke",
+            W,
+            Some(json!({"account": "buyer"})),
+        )
+        .await;
+    assert_eq!((s, b["after"]["new"].as_bool()), (200, Some(false)));
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM revocations WHERE sale_id = 'rev'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    // Bad input: refused, audited, nothing recorded.
+    for (path, body, status, code) in [
+        (
+            "sales/rev/revoke",
+            json!({"account": ""}),
+            400,
+            "invalid_change",
+        ),
+        (
+            "sales/rev/revoke",
+            json!({"who": "x"}),
+            400,
+            "invalid_change",
+        ),
+        (
+            "sales/gone/revoke",
+            json!({"account": "x"}),
+            404,
+            "sale_not_found",
+        ),
+    ] {
+        let (s, b) = app.admin(Method::POST, path, W, Some(body)).await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {b}"
+        );
+    }
+    let entries = audit(&app, "rev").await;
+    let got: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["error"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("revoke", Some("invalid_change")),
+            ("revoke", Some("invalid_change")),
+            ("revoke", None),
+            ("revoke", None)
+        ]
+    );
+    assert_eq!(
+        entries[3]["after"],
+        json!({"account": "buyer", "revoked": true})
+    );
+    app.stop().await;
+}

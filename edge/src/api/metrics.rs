@@ -25,6 +25,9 @@ pub struct AdmissionFigures {
     /// Admitted people who lost the turn for not being seen (issue 13 #4).
     #[serde(default)]
     pub abandoned: u64,
+    /// Of those, turns revoked by an operator or after a purchase (issue 47).
+    #[serde(default)]
+    pub revoked: u64,
     /// People with a place in line, and those not yet admitted.
     pub placed: u64,
     pub waiting: u64,
@@ -90,8 +93,14 @@ pub fn render(sale: &str, f: &AdmissionFigures) -> String {
     family(
         "edge_admission_abandoned_total",
         "counter",
-        "Admitted people who lost the turn for not polling for 30 s while holding nothing.",
+        "Admitted people whose turn was passed on: not polling for 30 s while holding nothing, or revoked.",
         &one(f.abandoned as f64),
+    );
+    family(
+        "edge_admission_revoked_total",
+        "counter",
+        "Turns passed on at once because an operator or the origin revoked the admission.",
+        &one(f.revoked as f64),
     );
     family(
         "edge_queue_placed",
@@ -180,6 +189,7 @@ mod tests {
             admitted: 17,
             windows_ended: 3,
             abandoned: 2,
+            revoked: 1,
             placed: 40,
             waiting: 23,
             rate: 0.5,

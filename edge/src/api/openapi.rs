@@ -35,7 +35,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     paths(
-        health, ping, summary, join, status, receipt, challenge, draw, metrics,
+        health, ping, summary, join, status, receipt, challenge, draw, metrics, revoke,
         reserve, reservation_get, reservation_cancel, reservation_purchase,
         dev_token, dev_payment, dev_bulk, dev_forget,
     ),
@@ -409,6 +409,22 @@ fn draw() {}
         (status = 500, description = "`config_error`: `ADMIN_KEYS` is malformed", body = ErrorBody),
     ))]
 fn metrics() {}
+
+/// Route::Revoke.
+#[utoipa::path(post, path = "/api/sales/{sale}/revoke", tag = "operations",
+    params(("sale" = String, Path, description = "The sale id", example = "drop-1")),
+    security(("admin_key" = [])),
+    request_body(content = Object, description = "`{\"account\": \"<account>\"}`: whose admission ends", content_type = "application/json"),
+    responses(
+        (status = 200, description = "The account's shard ended the turn; the coordinator passes it on with the shard's next report (about a second)", body = Object),
+        (status = 400, description = "`malformed_json`", body = ErrorBody),
+        (status = 401, description = "`admin_key_required`", body = ErrorBody),
+        (status = 403, description = "`admin_scope`: a read key", body = ErrorBody),
+        (status = 404, description = "`sale_not_found`", body = ErrorBody),
+        (status = 422, description = "`invalid_body`: no valid account", body = ErrorBody),
+        (status = 500, description = "`config_error`: `ADMIN_KEYS` is malformed", body = ErrorBody),
+    ))]
+fn revoke() {}
 
 /// Route::Reserve.
 #[utoipa::path(post, path = "/api/sales/{sale}/reservations", tag = "reservations",

@@ -26,6 +26,8 @@ pub enum Route {
     Receipt(String),
     /// Admission figures of a sale as Prometheus text (for a scraper).
     Metrics(String),
+    /// `POST /api/sales/{sale}/revoke` (admin write key): end a person's admission.
+    Revoke(String),
     Reserve(String),
     ReservationGet(String),
     ReservationCancel(String),
@@ -105,6 +107,7 @@ pub fn route(method: &str, path: &str) -> Route {
         ["api", "sales", s, "draw"] => want("GET", id(s, Route::Draw)),
         ["api", "sales", s, "queue", "receipt"] => want("GET", id(s, Route::Receipt)),
         ["api", "sales", s, "metrics"] => want("GET", id(s, Route::Metrics)),
+        ["api", "sales", s, "revoke"] => want("POST", id(s, Route::Revoke)),
         ["api", "sales", s, "challenge"] => want("GET", id(s, Route::Challenge)),
         ["api", "sales", s, "reservations"] => want("POST", id(s, Route::Reserve)),
         ["api", "reservations", r] => match method {
@@ -234,6 +237,14 @@ mod tests {
             Route::MethodNotAllowed
         );
         assert_eq!(route("GET", "/api/sales/a.b/metrics"), Route::NotFound);
+        assert_eq!(
+            route("POST", "/api/sales/d-1/revoke"),
+            Route::Revoke("d-1".into())
+        );
+        assert_eq!(
+            route("GET", "/api/sales/d-1/revoke"),
+            Route::MethodNotAllowed
+        );
         assert_eq!(route("PUT", "/api/sales/d/queue"), Route::MethodNotAllowed);
         assert_eq!(
             route("GET", "/api/sales/d/reservations"),

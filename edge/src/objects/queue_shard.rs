@@ -109,6 +109,13 @@ impl QueueShard {
                 let b: TurnBody = req.json().await.map_err(bad)?;
                 e.released(&b, now_ms())
             }
+            (Method::Post, "/revoke") => {
+                let b: TurnBody = req.json().await.map_err(bad)?;
+                let v = e.revoke(&b, now_ms())?;
+                // Reported with the next finished second, not later.
+                self.alarm_by(now_ms()).await?;
+                Ok(v)
+            }
             (Method::Get, "/bucket") => {
                 e.bucket(query(&url, "j").and_then(|v| v.parse::<u64>().ok()))
             }

@@ -170,6 +170,12 @@ pub struct Report {
     /// latest report's hold end is the one that holds.
     #[serde(default)]
     turns: Vec<(u64, u64, u64)>,
+    /// Places whose admission was revoked (issue 47): passed on at once.
+    #[serde(default)]
+    revoked: Vec<u64>,
+    /// When the shard reported (wall ms; 0 from an older shard).
+    #[serde(default)]
+    at_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -723,6 +729,7 @@ impl<S: Sql> Coordinator<S> {
             admitted: snap.frontier,
             windows_ended: snap.expired,
             abandoned: self.meta.u64("abandoned").unwrap_or(0),
+            revoked: self.meta.u64("revoked").unwrap_or(0),
             placed: snap.placed,
             waiting: snap.placed.saturating_sub(snap.frontier),
             rate: ctl.as_ref().map_or(ceiling, |c| c.rate),
@@ -908,6 +915,31 @@ impl<S: Sql> Coordinator<S> {
                         .into(),
                 ],
             )?;
+        }
+        // A revoked turn is given back now, as an abandoned one is after
+        // 30 s unseen: its share of the inventory cap goes to the next
+        // person, and its holder's polls say the turn is over.
+        let mut revoked = 0;
+        for place in &r.revoked {
+            let known = sql
+                .first::<PlaceRow>(
+                    "SELECT place FROM abandoned WHERE place = ?",
+                    &[SqlValue::from(*place)],
+                )?
+                .is_some();
+            if !known {
+                sql.exec(
+                    "INSERT INTO abandoned (place, at_ms) VALUES (?, ?)",
+                    &[SqlValue::from(*place), SqlValue::from(r.at_ms)],
+                )?;
+                revoked += 1;
+            }
+        }
+        if revoked > 0 {
+            let n = self.meta.u64("abandoned").unwrap_or(0) + revoked as u64;
+            self.set("abandoned", n)?;
+            let n = self.meta.u64("revoked").unwrap_or(0) + revoked as u64;
+            self.set("revoked", n)?;
         }
         for (place, seen, held_until) in &r.turns {
             // The hold's end is the shard's latest word (a cancel lowers it);
@@ -1707,6 +1739,35 @@ mod tests {
         // A report for a shard the sale does not have is refused.
         let bad: Report = serde_json::from_value(json!({"shard": 9})).unwrap();
         assert_eq!(c.record_report(bad).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn a_revoked_turn_is_passed_on_at_once_and_counted_once() {
+        let (c, world, _) = sale(40, 1);
+        let listed_at = draw(&c, &world);
+        let mut now = listed_at;
+        for _ in 0..3 {
+            now += 1_000;
+            alarm(&c, &world, now);
+        }
+        let before = c.snapshot(SALE, now).unwrap();
+        assert!(before.frontier >= 2, "two people admitted");
+        assert!(before.abandoned.is_empty());
+        // Place 2 was seen a moment ago: idleness alone would keep it 30 s.
+        let r: Report = serde_json::from_value(json!({
+            "shard": 0, "turns": [[2, now, 0]], "revoked": [2], "at_ms": now,
+        }))
+        .unwrap();
+        c.record_report(r).unwrap();
+        let s = c.snapshot(SALE, now).unwrap();
+        assert_eq!(s.abandoned, vec![2], "given back at once");
+        assert_eq!(c.meta.u64("revoked"), Some(1));
+        assert_eq!(c.meta.u64("abandoned"), Some(1));
+        // Reported again (a shard's retry): counted once.
+        let again: Report =
+            serde_json::from_value(json!({"shard": 0, "revoked": [2], "at_ms": now})).unwrap();
+        c.record_report(again).unwrap();
+        assert_eq!(c.meta.u64("revoked"), Some(1));
     }
 
     #[test]

@@ -144,6 +144,11 @@ pub struct Report {
 }
 
 #[derive(Deserialize)]
+struct PlaceOnly {
+    place: f64,
+}
+
+#[derive(Deserialize)]
 struct EntryRow {
     seq: f64,
     ticket: Option<String>,
@@ -437,6 +442,8 @@ impl<S: Sql> Entries<S> {
             "ALTER TABLE buckets ADD COLUMN last TEXT",
             // Objects created before holds had an end (issue 44 #2).
             "ALTER TABLE turns ADD COLUMN held_until_ms INTEGER NOT NULL DEFAULT 0",
+            // Objects created before revokes (issue 47).
+            "ALTER TABLE turns ADD COLUMN revoked INTEGER NOT NULL DEFAULT 0",
         ] {
             let _ = sql.exec(q, &[]);
         }
@@ -822,6 +829,27 @@ impl<S: Sql> Entries<S> {
         Ok(json!({"ok": true}))
     }
 
+    /// Ends `b.sub`'s admission (an operator's revoke, or the origin's
+    /// after a purchase): the turn is reported revoked with the next
+    /// report, and the coordinator passes it on at once. A person not yet
+    /// seen while admitted gets a row of place 0, reported once their
+    /// first `/seen` gives it a place. For good: nothing un-revokes.
+    pub fn revoke(&self, b: &TurnBody, now: u64) -> ApiResult<Value> {
+        self.sql.exec(
+            "INSERT INTO turns (sub, place, seen_ms, revoked) VALUES (?, 0, ?, 1)
+             ON CONFLICT(sub) DO UPDATE SET revoked = 1, reported = 0",
+            &[b.sub.as_str().into(), now.into()],
+        )?;
+        let place = self
+            .sql
+            .first::<TurnRow>(
+                "SELECT place, seen_ms, held_until_ms FROM turns WHERE sub = ?",
+                &[b.sub.as_str().into()],
+            )?
+            .map_or(0, |r| r.place as u64);
+        Ok(json!({"revoked": true, "place": (place > 0).then_some(place)}))
+    }
+
     /// Holds (and cancels) that ended long ago say nothing any more.
     fn forget_old_holds(&self, sub: &str, now: u64) -> ApiResult<()> {
         self.sql.exec(
@@ -1043,8 +1071,19 @@ impl<S: Sql> Entries<S> {
             .into_iter()
             .map(|r| (r.place as u64, r.seen_ms as u64, r.held_until_ms as u64))
             .collect();
+        let revoked: Vec<u64> = self
+            .sql
+            .rows::<PlaceOnly>(
+                "SELECT place FROM turns WHERE reported = 0 AND place > 0 AND revoked = 1
+                 LIMIT 5000",
+                &[],
+            )?
+            .into_iter()
+            .map(|r| r.place as u64)
+            .collect();
         let body = json!({"shard": shard, "through": through, "seconds": seconds,
-                          "requests": requests, "turns": turns});
+                          "requests": requests, "turns": turns, "revoked": revoked,
+                          "at_ms": now});
         Ok(Some(Report {
             body,
             through: Some(through),
@@ -1461,6 +1500,48 @@ mod tests {
         s.report_sent(&r).unwrap();
         let r = s.report(START + 4_100, 3).unwrap().unwrap();
         assert!(r.turns.is_empty(), "reported once");
+    }
+
+    #[test]
+    fn a_revoked_turn_is_reported_revoked_once_its_place_is_known() {
+        let s = shard();
+        s.join(SALE, body("a", START + 100), START + 100, keys)
+            .unwrap();
+        s.join(SALE, body("b", START + 200), START + 200, keys)
+            .unwrap();
+        // Revoked before any poll while admitted: no place to report yet.
+        let v = s.revoke(&hold("b", None, None), START + 1_100).unwrap();
+        assert_eq!(v, json!({"revoked": true, "place": null}));
+        s.seen(
+            &SeenBody {
+                seen: vec![("a".into(), 1, START + 1_200)],
+            },
+            START + 1_300,
+        )
+        .unwrap();
+        let r = s.report(START + 2_100, 0).unwrap().unwrap();
+        assert_eq!(r.body["revoked"], json!([]), "a was not revoked");
+        s.report_sent(&r).unwrap();
+        // b's first poll gives the row its place: reported revoked then.
+        s.seen(
+            &SeenBody {
+                seen: vec![("b".into(), 2, START + 2_200)],
+            },
+            START + 2_300,
+        )
+        .unwrap();
+        let r = s.report(START + 3_100, 0).unwrap().unwrap();
+        assert_eq!(r.body["revoked"], json!([2]));
+        assert_eq!(r.body["at_ms"], START + 3_100);
+        s.report_sent(&r).unwrap();
+        // a, seen and then revoked: reported with the next report, once.
+        let v = s.revoke(&hold("a", None, None), START + 3_200).unwrap();
+        assert_eq!(v["place"], 1);
+        let r = s.report(START + 4_100, 0).unwrap().unwrap();
+        assert_eq!(r.body["revoked"], json!([1]));
+        s.report_sent(&r).unwrap();
+        let r = s.report(START + 5_100, 0).unwrap().unwrap();
+        assert_eq!(r.body["revoked"], json!([]), "once");
     }
 
     #[test]

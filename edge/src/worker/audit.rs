@@ -19,8 +19,9 @@ use crate::http::origin::origin_summary;
 use crate::http::respond::{internal, json_response, query};
 use crate::queue::poll::{aligned_pages, listing_page, listing_slice};
 use crate::queue::shards;
-use crate::worker::calls::call_coordinator;
+use crate::worker::calls::{call_coordinator, call_shard};
 use crate::worker::pieces::{fresh_for, immutable, prequeue_place};
+use crate::worker::sale::sale_cfg;
 use crate::worker::snapshot::snapshot;
 
 /// `GET /api/sales/{sale}/draw`: the draw as published (commitment, and
@@ -178,4 +179,48 @@ pub(crate) async fn metrics(env: &Env, req: &Request, sale: &str) -> ApiResult<R
     Ok(Response::ok(crate::api::metrics::render(sale, &f))
         .map_err(internal)?
         .with_headers(headers))
+}
+
+/// `POST /api/sales/{sale}/revoke` `{"account": …}` (admin key of scope
+/// `write`; the origin's admin API and its purchase path call it): ends
+/// the account's admission; its shard reports the turn revoked and the
+/// coordinator passes it on at once (`queue::entries::Entries::revoke`).
+pub(crate) async fn revoke(env: &Env, mut req: Request, sale: &str) -> ApiResult<Response> {
+    let auth = req.headers().get("authorization").ok().flatten();
+    let keys = admin_keys(env)?;
+    let id = admin::check(&keys, auth.as_deref(), admin::Scope::Write)?.to_string();
+    let body: Value = req
+        .json()
+        .await
+        .map_err(|_| ApiError::new(400, "malformed_json", "the body must be {\"account\": …}"))?;
+    let account = body["account"]
+        .as_str()
+        .filter(|a| token::valid_subject(a))
+        .ok_or_else(|| {
+            ApiError::new(
+                422,
+                "invalid_body",
+                "account must be a valid account (a token subject)",
+            )
+        })?
+        .to_string();
+    let cfg = sale_cfg(env, sale).await?;
+    let k = shards::shard_of(&account, cfg.shards);
+    let v = call_shard(
+        env,
+        sale,
+        k,
+        Method::Post,
+        "/revoke",
+        Some(&serde_json::json!({"sub": account})),
+    )
+    .await?;
+    console_log!("revoke {sale}: admin key {id}, shard {k}");
+    json_response(
+        200,
+        &serde_json::json!({"sale": sale, "account": account, "shard": k,
+                            "revoked": true, "place": v["place"]}),
+        "no-store",
+    )
+    .map_err(internal)
 }

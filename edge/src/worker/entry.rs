@@ -82,6 +82,7 @@ async fn fetch(req: Request, env: Env, ctx: Context) -> Result<Response> {
         Route::Draw(sale) => audit::draw_audit(&env, &req, &sale).await,
         Route::Receipt(sale) => audit::receipt(&env, &req, &sale).await,
         Route::Metrics(sale) => audit::metrics(&env, &req, &sale).await,
+        Route::Revoke(sale) => audit::revoke(&env, req, &sale).await,
         Route::Reserve(sale) => reserve(&env, req, &sale).await,
         Route::ReservationGet(id) => {
             forward_reservation(&env, req, Method::Get, &format!("/api/reservations/{id}")).await

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use crate::admin::audit::{self, Write};
 use crate::admin::error::AdminError;
 use crate::ops::state::AppState;
+use crate::sales::revoke;
 use crate::sales::sale::SaleConfig;
 use crate::sales::spec::{MessageError, SaleChange, change_sale_in, valid_message};
 
@@ -57,6 +58,47 @@ pub struct EditBody {
     pub admission_p99_ms: Option<f64>,
 }
 
+/// `POST sales/{sale}/revoke`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeBody {
+    /// The account (a token subject) whose admission ends.
+    pub account: String,
+}
+
+/// Ends `account`'s admission to `sale` (`sales::revoke`): recorded with
+/// its audit entry in one transaction, then marked in Redis, then told to
+/// the edge.
+async fn revoke(app: &AppState, w: &Write<'_>, account: &str) -> Result<Value, AdminError> {
+    let sale = w.sale.unwrap_or_default();
+    if !token::valid_subject(account) {
+        return Err(AdminError::Invalid(
+            "account must be a valid account id (a token subject)".into(),
+        ));
+    }
+    let s = app
+        .sales
+        .get(sale)
+        .await?
+        .ok_or_else(|| AdminError::SaleNotFound(sale.to_string()))?;
+    let mut tx = app.pool.begin().await?;
+    let new = revoke::record(&mut tx, sale, account).await?;
+    audit::append(
+        &mut tx,
+        w,
+        &json!({"account": account, "revoked": !new}),
+        &json!({"account": account, "revoked": true}),
+    )
+    .await?;
+    tx.commit().await?;
+    revoke::mark(&app.engine.conn, &s, account).await?;
+    let admin = &app.settings.admin;
+    let edge = admin.edge_url.as_deref().zip(admin.edge_secret.as_ref());
+    let told = revoke::tell_edge(edge, sale, account).await;
+    tracing::info!(sale, key_id = w.key_id, ?told, "admission revoked");
+    Ok(json!({"account": account, "revoked": true, "new": new, "edge": told}))
+}
+
 /// What an admin write asks.
 #[derive(Debug)]
 pub enum Action {
@@ -66,6 +108,8 @@ pub enum Action {
     End,
     Message(Option<String>),
     Edit(EditBody),
+    /// End this account's admission.
+    Revoke(String),
 }
 
 impl Action {
@@ -78,6 +122,7 @@ impl Action {
             Action::End => "end",
             Action::Message(_) => "message",
             Action::Edit(_) => "edit",
+            Action::Revoke(_) => "revoke",
         }
     }
 
@@ -117,6 +162,11 @@ impl Action {
                     message: Some(stored),
                     ..Default::default()
                 }
+            }
+            Action::Revoke(_) => {
+                return Err(AdminError::Invalid(
+                    "a revoke changes no sale setting".into(),
+                ));
             }
             Action::Edit(e) => SaleChange {
                 starts_at: e.starts_at,
@@ -159,7 +209,11 @@ pub async fn apply(
         sale: Some(sale),
         request,
     };
-    match applied(app, &w, &action).await {
+    let done = match &action {
+        Action::Revoke(account) => revoke(app, &w, account).await,
+        _ => applied(app, &w, &action).await,
+    };
+    match done {
         Ok(after) => Ok(after),
         Err(e) => {
             refuse(app, &w, &e).await;

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::audit::{self, Write};
 use crate::admin::auth::{Admin, Gate};
-use crate::admin::control::{self, Action, EditBody, MessageBody, RateBody};
+use crate::admin::control::{self, Action, EditBody, MessageBody, RateBody, RevokeBody};
 use crate::admin::error::AdminError;
 use crate::admin::live::Hub;
 use crate::ops::state::AppState;
@@ -74,6 +74,7 @@ pub fn router(app: AppState, shared: bool, stop: CancellationToken) -> Router {
         .route("/admin/api/sales/{sale}/rate", post(rate))
         .route("/admin/api/sales/{sale}/end", post(end))
         .route("/admin/api/sales/{sale}/message", post(message))
+        .route("/admin/api/sales/{sale}/revoke", post(revoke))
         .route("/admin/api/audit", get(audit_log))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -236,6 +237,13 @@ write_route!(
     EditBody,
     Action::Edit,
     "`PATCH sales/{sale}`: the start, end and admission settings, before the sale starts."
+);
+write_route!(
+    revoke,
+    "revoke",
+    RevokeBody,
+    |b: RevokeBody| Action::Revoke(b.account),
+    "`POST sales/{sale}/revoke` `{\"account\": …}`: the account's admission ends; its turn passes on at once at the edge."
 );
 
 /// `GET sales`: every sale, newest start first.

@@ -16,6 +16,7 @@ use token::TokenError;
 /// (`crate::http::openapi`). The token codes are `token::TokenError::code()`'s,
 /// the signature codes `crate::payments::webhook::SignatureError::code()`'s.
 pub const ERROR_CODES: &[&str] = &[
+    "admission_revoked",
     "amount_mismatch",
     "body_too_large",
     "database_unavailable",
@@ -99,6 +100,8 @@ pub enum ApiError {
     Unauthorized { code: &'static str, message: String },
     #[error("{0}")]
     Forbidden(&'static str),
+    #[error("this account's admission to the sale was ended by the shop; no new hold")]
+    Revoked,
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
     #[error("{message}")]
@@ -131,7 +134,7 @@ impl ApiError {
             ApiError::TokenMissing => StatusCode::UNAUTHORIZED,
             ApiError::Token(TokenError::WrongSale) => StatusCode::FORBIDDEN,
             ApiError::Token(_) | ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::Revoked => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -149,6 +152,7 @@ impl ApiError {
             ApiError::TokenMissing => "token_missing",
             ApiError::Token(e) => e.code(),
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::Revoked => "admission_revoked",
             ApiError::Unauthorized { code, .. }
             | ApiError::NotFound { code, .. }
             | ApiError::BadRequest { code, .. }

@@ -108,6 +108,8 @@ pub enum Outcome {
     SkuLimit {
         used: i64,
     },
+    /// The account's admission to the sale was revoked (issue 47).
+    Revoked,
     /// The SKU asked for has no unit left on any of its shards (in a one-SKU
     /// sale: the sale is sold out).
     SoldOut,
@@ -368,6 +370,7 @@ impl Engine {
             9 => HomeStep::Done(Outcome::KeyReused {
                 first_qty: int(r.get(1)),
             }),
+            11 => HomeStep::Done(Outcome::Revoked),
             10 => HomeStep::Done(Outcome::SkuLimit {
                 used: int(r.get(1)),
             }),

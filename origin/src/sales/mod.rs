@@ -9,6 +9,7 @@
 pub mod bounds;
 pub mod placement;
 pub mod registry;
+pub mod revoke;
 pub mod sale;
 pub mod sku;
 pub mod spec;

@@ -55,7 +55,7 @@ fn rfc3339_ms(ms: u64) -> String {
             headers(("Location" = String, description = "/api/reservations/{id}"), ("x-origin-load" = String, description = "the load signal"))),
         (status = 400, description = "`malformed_json`, `idempotency_key_missing`, `idempotency_key_invalid`", body = crate::http::api::ErrorBody),
         (status = 401, description = "`token_*`: missing or bad admit token", body = crate::http::api::ErrorBody),
-        (status = 403, description = "`token_wrong_sale`", body = crate::http::api::ErrorBody),
+        (status = 403, description = "`token_wrong_sale`, `admission_revoked` (the shop ended this account's admission: no new hold)", body = crate::http::api::ErrorBody),
         (status = 404, description = "`sale_not_found`, `unknown_sku` (the sale sells no SKU of that id)", body = crate::http::api::ErrorBody),
         (status = 409, description = "`per_user_limit` (the sale-wide limit, units across all SKUs), `sku_per_user_limit` (the SKU's own limit), `sale_not_started`", body = crate::http::api::ErrorBody),
         (status = 410, description = "`sold_out` (every SKU), `sku_sold_out` (this SKU; others are left), `sale_ended`, `reservation_released`", body = crate::http::api::ErrorBody),
@@ -277,6 +277,7 @@ async fn create_inner(
                 sku.id
             ),
         )),
+        Outcome::Revoked => Err(ApiError::Revoked),
         Outcome::SoldOut => {
             if flag.set(true, Instant::now(), app.sales.epoch) {
                 metrics::counter!("flashsale_sold_out_flips_total", "to" => "sold_out")
