@@ -96,3 +96,15 @@ class WebhookSignature:
         mac = hmac.new(data.encode(), f"{t}.".encode() + raw, hashlib.sha256).hexdigest()
         case.headers = case.headers or {}
         case.headers["Payment-Signature"] = f"t={t},v1={mac}"
+
+
+@schemathesis.auth(refresh_interval=None).apply_to(path_regex="^/admin/api/")
+class AdminKey:
+    """The admin API's write key (scripts/test-api's ADMIN_KEYS)."""
+
+    def get(self, case, ctx):
+        return os.environ["ADMIN_WRITE_SECRET"]
+
+    def set(self, case, data, ctx):
+        case.headers = case.headers or {}
+        case.headers["Authorization"] = f"Bearer {data}"

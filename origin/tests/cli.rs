@@ -121,6 +121,34 @@ fn the_committed_openapi_document_is_the_generated_one() {
 }
 
 #[test]
+fn the_committed_admin_openapi_document_is_the_generated_one() {
+    let out = origin(&["openapi", "--admin"], &[]);
+    assert!(out.status.success());
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let committed =
+        std::fs::read_to_string(tests::repo_root().join("docs/openapi/admin.json")).unwrap();
+    assert!(
+        generated == committed,
+        "docs/openapi/admin.json is stale: `origin openapi --admin > docs/openapi/admin.json`"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    for path in [
+        "pause",
+        "resume",
+        "message",
+        "revoke",
+        "live",
+        "live/stream",
+    ] {
+        assert!(
+            doc["paths"][format!("/admin/api/sales/{{sale}}/{path}")].is_object(),
+            "{path}"
+        );
+    }
+    assert!(doc["paths"]["/admin/api/audit"]["get"].is_object());
+}
+
+#[test]
 fn config_check_lists_every_problem_and_prints_no_secret() {
     let user = ring_env("usr1");
     let shared = ring_env("adm1");

@@ -31,13 +31,14 @@ pub struct Entry {
     /// The error code a refused write got.
     #[sqlx(rename = "refused")]
     pub error: Option<String>,
-    /// The request's body as sent.
-    #[schema(value_type = Object)]
+    /// The request's body as sent (any JSON; `{"unparsed": …}` when it
+    /// was not JSON).
+    #[schema(value_type = Option<Value>)]
     pub request: Option<Value>,
     /// What the write touched before and after (null when refused).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Value>)]
     pub before: Option<Value>,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Value>)]
     pub after: Option<Value>,
 }
 

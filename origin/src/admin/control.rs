@@ -31,7 +31,8 @@ use crate::sales::spec::{MessageError, SaleChange, change_sale_in, valid_message
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateBody {
-    /// The admission ceiling, people per second (0 < rate ≤ 100,000).
+    /// The admission ceiling, people per second (0 < rate ≤ 1,000,000).
+    #[schema(exclusive_minimum = 0, maximum = 1_000_000)]
     pub rate: f64,
 }
 
@@ -39,10 +40,11 @@ pub struct RateBody {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageBody {
-    /// Plain text of at most 280 characters, shown on every waiting page
-    /// as text (markup is shown as typed); empty or null takes the message
-    /// down.
-    pub text: Option<String>,
+    /// Plain text of at most 280 characters (no control character but
+    /// line breaks), shown on every waiting page as text (markup is shown
+    /// as typed); empty takes the message down.
+    #[schema(max_length = 280, pattern = r"^[^\x00-\x09\x0b-\x1f\x7f-\x9f]*$")]
+    pub text: String,
 }
 
 /// `PATCH sales/{sale}`: what may change before the sale starts.
@@ -53,8 +55,11 @@ pub struct EditBody {
     pub starts_at: Option<DateTime<Utc>>,
     #[schema(value_type = Option<String>, format = DateTime)]
     pub ends_at: Option<DateTime<Utc>>,
+    #[schema(exclusive_minimum = 0, maximum = 1_000_000)]
     pub admission_rate: Option<f64>,
+    #[schema(exclusive_minimum = 0, maximum = 100)]
     pub admission_factor: Option<f64>,
+    #[schema(exclusive_minimum = 0, maximum = 60_000)]
     pub admission_p99_ms: Option<f64>,
 }
 
@@ -63,6 +68,11 @@ pub struct EditBody {
 #[serde(deny_unknown_fields)]
 pub struct RevokeBody {
     /// The account (a token subject) whose admission ends.
+    #[schema(
+        min_length = 1,
+        max_length = 256,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]+$"
+    )]
     pub account: String,
 }
 
@@ -267,14 +277,10 @@ mod tests {
         let e = Action::Message(Some(long)).change(now).unwrap_err();
         assert_eq!(e.code(), "message_too_long");
         let ok = "ü".repeat(280);
-        let c = Action::Message(Some(format!("  {ok} ")))
-            .change(now)
-            .unwrap();
-        assert_eq!(
-            c.message,
-            Some(Some(ok)),
-            "280 characters (not bytes), trimmed"
-        );
+        let c = Action::Message(Some(ok.clone())).change(now).unwrap();
+        assert_eq!(c.message, Some(Some(ok)), "280 characters (not bytes)");
+        let c = Action::Message(Some("  hi \n".into())).change(now).unwrap();
+        assert_eq!(c.message, Some(Some("hi".into())), "trimmed");
         let e = Action::Message(Some("a\u{7}b".into()))
             .change(now)
             .unwrap_err();

@@ -15,4 +15,5 @@ pub mod console;
 pub mod control;
 pub mod error;
 pub mod live;
+pub mod openapi;
 pub mod routes;

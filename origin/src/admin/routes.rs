@@ -228,7 +228,7 @@ write_route!(
     message,
     "message",
     MessageBody,
-    |b: MessageBody| Action::Message(b.text),
+    |b: MessageBody| Action::Message(Some(b.text)),
     "`POST sales/{sale}/message` `{\"text\": …}`: the message every waiting page shows (empty: none)."
 );
 write_route!(
@@ -347,12 +347,14 @@ pub async fn live_stream(
 
 /// `GET audit?sale=&before=&limit=`.
 #[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     /// Only this sale's entries.
     pub sale: Option<String>,
     /// Entries older than this id (the next page).
     pub before: Option<i64>,
-    /// At most this many (1-500; default 100).
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 

@@ -71,8 +71,12 @@ pub enum Command {
     #[command(subcommand)]
     Webhook(WebhookCommand),
     /// Prints the HTTP API's OpenAPI 3.1 document (docs/openapi/origin.json
-    /// is this output, checked by a test).
-    Openapi,
+    /// is this output, checked by a test); with --admin the admin API's
+    /// (docs/openapi/admin.json).
+    Openapi {
+        #[arg(long)]
+        admin: bool,
+    },
     /// Exits 0 if this host's origin answers GET /readyz with 200, else 1
     /// (the container image's HEALTHCHECK: the image has no shell or curl).
     Healthcheck {
@@ -333,8 +337,12 @@ pub enum TokenCommand {
 /// Runs a parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Openapi => {
-            print!("{}", crate::http::openapi::json());
+        Command::Openapi { admin } => {
+            if admin {
+                print!("{}", crate::admin::openapi::json());
+            } else {
+                print!("{}", crate::http::openapi::json());
+            }
             Ok(())
         }
         Command::Serve(args) => {

@@ -293,8 +293,9 @@ pub enum MessageError {
 /// The message as stored: trimmed; `None` when blank (no message). Markup
 /// is kept as typed: pages show it as text, never as HTML.
 pub fn valid_message(text: &str) -> Result<Option<String>, MessageError> {
+    // Counted as sent (the admin API's document bounds the text it takes).
+    let n = text.chars().count();
     let t = text.trim();
-    let n = t.chars().count();
     if n > MAX_MESSAGE_CHARS {
         return Err(MessageError::TooLong(n));
     }
