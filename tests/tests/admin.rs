@@ -605,3 +605,33 @@ async fn a_revoked_account_gets_no_new_hold_but_keeps_what_it_holds() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_elsewhere_reaches_this_origin_at_once_not_within_its_config_ttl() {
+    // As another origin's admin API or `origin sale update` would: straight
+    // to Postgres, nothing said to this process but the NOTIFY at commit.
+    let app = TestApp::spawn().await;
+    app.create_sale(sale_spec("elsewhere", 10, 1, 1)).await;
+    let (_, s) = app.get("/api/sales/elsewhere", None).await;
+    assert_eq!(s["paused"], false, "the config is cached now");
+    let change = origin::sales::spec::SaleChange {
+        paused: Some(true),
+        ..Default::default()
+    };
+    origin::sales::spec::change_sale(&app.state.pool, "elsewhere", &change)
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        let (_, s) = app.get("/api/sales/elsewhere", None).await;
+        if s["paused"] == true {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(2_500),
+            "not seen within 2.5 s (the config TTL alone is 5 s, plus the summary's 1 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.stop().await;
+}

@@ -92,6 +92,8 @@ impl Application {
         let workers_stop = CancellationToken::new();
         // On a thread of their own, at a lower priority (`crate::ops::workers`).
         let workers = workers::start(&state.settings, self.workers, workers_stop.clone()).await?;
+        // Sale changes made anywhere reach this origin's answers at once.
+        tokio::spawn(state.sales.clone().follow(workers_stop.clone()));
         // One listener when ADMIN_ADDR is ORIGIN_METRICS_ADDR: the admin
         // API's serves /metrics and /healthz too.
         let shared =

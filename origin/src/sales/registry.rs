@@ -191,6 +191,61 @@ impl SaleRegistry {
         );
     }
 
+    /// Follows `sales::spec::SALE_CHANGED_CHANNEL` until `stop`: each sale
+    /// changed anywhere (another origin's admin API, `origin sale update`)
+    /// is reloaded here at once, not within [`CONFIG_TTL`]. A lost
+    /// connection is reopened after a second; changes meanwhile are
+    /// caught by the TTL as before.
+    pub async fn follow(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let channel = crate::sales::spec::SALE_CHANGED_CHANNEL;
+        while !stop.is_cancelled() {
+            let mut listener = match sqlx::postgres::PgListener::connect_with(&self.pool).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot listen for sale changes; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            };
+            if let Err(e) = listener.listen(channel).await {
+                tracing::warn!(error = %e, "cannot listen for sale changes; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            loop {
+                let next = tokio::select! {
+                    n = listener.try_recv() => n,
+                    _ = stop.cancelled() => return,
+                };
+                match next {
+                    Ok(Some(n)) => {
+                        let id = n.payload().to_string();
+                        match load_sale(&self.pool, &id).await {
+                            Ok(Some(cfg)) => self.changed(cfg).await,
+                            Ok(None) => {}
+                            Err(e) => {
+                                tracing::warn!(sale = %id, error = %e, "cannot reload a changed sale")
+                            }
+                        }
+                    }
+                    // The connection was lost (and is reopened by the
+                    // listener itself): changes in between may be missed.
+                    Ok(None) => {
+                        tracing::warn!(
+                            "sale change listener reconnected; changes meanwhile reach this origin within its config TTL"
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "sale change listener failed; reopening");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     /// First loads this registry sent to Postgres (the process-wide figure
     /// is `flashsale_sale_config_loads_total`).
     pub fn first_loads_sent(&self) -> u64 {

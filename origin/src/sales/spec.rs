@@ -278,6 +278,9 @@ pub struct SaleChange {
     pub before_start_only: bool,
 }
 
+/// The Postgres channel a sale change is announced on (its id as payload).
+pub const SALE_CHANGED_CHANNEL: &str = "flashsale_sale_changed";
+
 /// The longest operator message, in characters.
 pub const MAX_MESSAGE_CHARS: usize = 280;
 
@@ -440,6 +443,13 @@ pub async fn change_sale_in(
         skus: changed.skus.clone(),
         ..current
     };
+    // Every origin reloads the sale at commit (`SaleRegistry::follow`),
+    // instead of within its config TTL.
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(SALE_CHANGED_CHANNEL)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     tracing::info!(sale = %id, ?change, "sale changed");
     Ok((current, changed))
 }
