@@ -101,7 +101,8 @@ export const QUEUE_SHARDS = Number(process.env.EDGE_QUEUE_SHARDS || 1);
 export function createSale(opts) {
   if (opts['queue-shards'] === undefined) opts = { ...opts, 'queue-shards': QUEUE_SHARDS };
   const args = ['sale', 'create'];
-  for (const [k, v] of Object.entries(opts)) args.push(`--${k}`, String(v));
+  // `true`: a flag without a value (e.g. --bot-shadow).
+  for (const [k, v] of Object.entries(opts)) args.push(...(v === true ? [`--${k}`] : [`--${k}`, String(v)]));
   const out = origin(...args);
   return JSON.parse(out.slice(out.indexOf('{')));
 }

@@ -156,3 +156,46 @@ test('a revoke from the admin API passes the turn on at once: the next person is
   const live = await admin('GET', `sales/${REV}/live`);
   assert.ok(live.body.queue == null || live.body.queue.turns_passed_on >= 1, JSON.stringify(live.body.queue));
 });
+
+test('a failed bot check of a sale with a shadow queue gets a place that never moves up, counted; without it, the error', async () => {
+  const SHADOW = `e2e-shadow-${rid()}`;
+  createSale({
+    sale: SHADOW, name: 'E2E shadow', units: 50, 'per-user-limit': 1, shards: 1, 'queue-shards': 2,
+    'starts-at': 'now', 'admission-rate': 50, 'bot-check': 'pow:20', 'bot-shadow': true,
+  });
+  const bots = Array.from({ length: 3 }, (_, i) => ({ account: `bot-${i}-${rid()}` }));
+  for (const b of bots) {
+    // No proof of work at all: a real sale answers 4xx bot_check_required.
+    const r = await call('POST', `${EDGE}/api/sales/${SHADOW}/queue`, { token: userToken(b.account), body: {} });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.ok(r.body.ticket && r.body.admission_token === undefined, JSON.stringify(r.body));
+    b.ticket = r.body.ticket;
+  }
+  // Polled for a while at a rate that would admit 50 people a second: never.
+  const end = Date.now() + 6_000;
+  while (Date.now() < end) {
+    for (const b of bots) {
+      const s = await call('GET', `${EDGE}/api/sales/${SHADOW}/queue`, { token: b.ticket });
+      assert.equal(s.status, 200, JSON.stringify(s.body));
+      assert.equal(s.body.status, 'waiting', JSON.stringify(s.body));
+      assert.ok(s.body.place >= 1 && s.body.position >= 1 && s.body.admission_token === undefined, JSON.stringify(s.body));
+    }
+    await sleep(500);
+  }
+  const live = await until(10_000, async () => {
+    const l = await admin('GET', `sales/${SHADOW}/live`);
+    return l.body.queue?.shadowed >= bots.length ? l.body.queue : false;
+  }, 500);
+  assert.ok(live, 'the live view counts the shadowed joins');
+  assert.equal(live.placed, 0, 'no shard knows them');
+  // Turned off: the same join is refused with its own code again (the edge
+  // reads the setting from a summary up to a minute old: a fresh sale).
+  const PLAIN = `e2e-noshadow-${rid()}`;
+  createSale({
+    sale: PLAIN, name: 'E2E no shadow', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'bot-check': 'pow:20',
+  });
+  const r = await call('POST', `${EDGE}/api/sales/${PLAIN}/queue`, { token: userToken(`bot-x-${rid()}`), body: {} });
+  assert.ok(r.status >= 400 && r.status < 500, JSON.stringify(r.body));
+  assert.match(r.body.error.code, /^bot_check_/);
+});

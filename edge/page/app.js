@@ -303,9 +303,10 @@
     // While in line, the shop's message (issue 47) must show within 5 s of
     // being posted: 1 s of edge cache plus at most 3.3 s here. Others need
     // the summary less often.
-    const inLine = status && !['closed', 'sold_out'].includes(status.status);
-    later('summary', jitter(inLine ? 3000 : 5000), loadSummary);
+    later('summary', jitter(inLine() ? SUMMARY_IN_LINE_MS : 5000), loadSummary);
   }
+  const SUMMARY_IN_LINE_MS = 3000;
+  const inLine = () => status && !['closed', 'sold_out'].includes(status.status);
 
   async function poll() {
     if (!st.ticket || st.res || noSale) return;
@@ -328,6 +329,12 @@
 
   function applyStatus(s) {
     status = s;
+    // Just in line (a join, the first poll): the summary read scheduled
+    // at the slower pace comes sooner.
+    const next = jobs.summary;
+    if (inLine() && next && next.at - Date.now() > SUMMARY_IN_LINE_MS * 1.1) {
+      later('summary', jitter(SUMMARY_IN_LINE_MS), loadSummary);
+    }
     if (s.ticket) st.ticket = s.ticket;
     if (s.admission_token) {
       st.admit = s.admission_token;

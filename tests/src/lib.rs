@@ -703,6 +703,7 @@ pub fn sale_spec(id: &str, units: i32, per_user_limit: i32, shards: i32) -> Sale
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
+        bot_shadow: false,
         join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,

@@ -74,6 +74,11 @@ pub struct TicketData {
     /// without it can tell from the published leaves whether they joined.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub salt: Option<String>,
+    /// A shadow ticket (issue 47): handed to a join that failed the bot
+    /// check of a sale that asks for it. It answers like a place in line
+    /// and is never admitted; no queue shard knows it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// The claims of every credential. Field order is the serialized order and

@@ -28,6 +28,9 @@ pub struct AdmissionFigures {
     /// Of those, turns revoked by an operator or after a purchase (issue 47).
     #[serde(default)]
     pub revoked: u64,
+    /// Joins that failed the bot check and got a shadow ticket (issue 47).
+    #[serde(default)]
+    pub shadowed: u64,
     /// People with a place in line, and those not yet admitted.
     pub placed: u64,
     pub waiting: u64,
@@ -101,6 +104,12 @@ pub fn render(sale: &str, f: &AdmissionFigures) -> String {
         "counter",
         "Turns passed on at once because an operator or the origin revoked the admission.",
         &one(f.revoked as f64),
+    );
+    family(
+        "edge_queue_shadowed_total",
+        "counter",
+        "Joins that failed the bot check and were given a place in the shadow queue, which never moves.",
+        &one(f.shadowed as f64),
     );
     family(
         "edge_queue_placed",
@@ -190,6 +199,7 @@ mod tests {
             windows_ended: 3,
             abandoned: 2,
             revoked: 1,
+            shadowed: 4,
             placed: 40,
             waiting: 23,
             rate: 0.5,
@@ -273,7 +283,7 @@ mod tests {
         }
         assert_eq!(
             t.lines().filter(|l| l.starts_with("# TYPE")).count(),
-            13,
+            15,
             "families"
         );
     }

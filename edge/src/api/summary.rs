@@ -24,6 +24,9 @@ pub struct SaleCfg {
     pub bot_check: BotCheck,
     /// Joins per address per minute (0: none).
     pub join_limit: u64,
+    /// A join that fails the bot check gets a shadow ticket (a place that
+    /// never moves up) instead of an error (issue 47; absent: off).
+    pub bot_shadow: bool,
 }
 
 impl SaleCfg {
@@ -45,6 +48,7 @@ impl SaleCfg {
             ends_at_ms: time("ends_at"),
             bot_check,
             join_limit: v["join_limit"].as_u64().unwrap_or(DEFAULT_JOIN_LIMIT),
+            bot_shadow: v["bot_shadow"].as_bool() == Some(true),
         })
     }
 }
@@ -68,7 +72,7 @@ mod tests {
     #[test]
     fn a_summary_gives_the_join_settings() {
         let v = json!({"starts_at": "1000", "ends_at": "9000", "queue": {"shards": 8},
-                       "bot_check": "pow:12", "join_limit": 30});
+                       "bot_check": "pow:12", "join_limit": 30, "bot_shadow": true});
         let c = SaleCfg::read(&v, time).unwrap();
         assert_eq!(
             c,
@@ -77,7 +81,8 @@ mod tests {
                 starts_at_ms: 1000,
                 ends_at_ms: Some(9000),
                 bot_check: BotCheck::Pow(12),
-                join_limit: 30
+                join_limit: 30,
+                bot_shadow: true,
             }
         );
         // An older origin's summary: one shard, no check, the default limit.
@@ -87,6 +92,7 @@ mod tests {
             (1, BotCheck::None, None)
         );
         assert_eq!(old.join_limit, DEFAULT_JOIN_LIMIT);
+        assert!(!old.bot_shadow, "off unless the sale asks");
         let huge = json!({"starts_at": "5", "queue": {"shards": 1_000_000}});
         assert_eq!(
             SaleCfg::read(&huge, time).unwrap().shards,

@@ -730,6 +730,7 @@ impl<S: Sql> Coordinator<S> {
             windows_ended: snap.expired,
             abandoned: self.meta.u64("abandoned").unwrap_or(0),
             revoked: self.meta.u64("revoked").unwrap_or(0),
+            shadowed: self.meta.u64("shadowed").unwrap_or(0),
             placed: snap.placed,
             waiting: snap.placed.saturating_sub(snap.frontier),
             rate: ctl.as_ref().map_or(ceiling, |c| c.rate),
@@ -885,6 +886,14 @@ impl<S: Sql> Coordinator<S> {
             self.set("drawn", 1)?;
         }
         Ok(json!({"ok": true}))
+    }
+
+    /// Counts a join answered with a shadow ticket (a failed bot check of
+    /// a sale with `bot_shadow`): the only trace one leaves here.
+    pub fn shadowed(&self) -> ApiResult<Value> {
+        let n = self.meta.u64("shadowed").unwrap_or(0) + 1;
+        self.set("shadowed", n)?;
+        Ok(json!({ "shadowed": n }))
     }
 
     pub fn record_report(&self, r: Report) -> ApiResult<Value> {

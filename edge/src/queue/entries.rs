@@ -555,6 +555,7 @@ impl<S: Sql> Entries<S> {
             shard: self.shard().map(|s| s as u32),
             t_ms,
             salt: Some(salt.to_string()),
+            shadow: false,
         });
         (ring.sign(&claims), claims.exp)
     }

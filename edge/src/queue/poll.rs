@@ -54,6 +54,15 @@ pub fn place_from<'a>(sub: &str, tkt: &'a TicketData, snap: &Snapshot) -> PlaceF
     }
 }
 
+/// The place a shadow ticket (a failed bot check of a sale with
+/// `bot_shadow`) is shown: behind everyone placed and behind the frontier,
+/// at a distance its arrival number fixes, recomputed at every poll, so it
+/// is never reached; `None` before the start (the pre-queue has no places).
+pub fn shadow_place(s: &Snapshot, seq: u64, now: u64) -> Option<u64> {
+    (now >= s.starts_at_ms)
+        .then(|| s.placed.max(status::frontier_at(s, now)).max(s.frontier) + 1 + seq % 64)
+}
+
 /// Whether the holder of `place` gave their turn up (abandoned: listed by
 /// the coordinator), so their join puts them in line again.
 pub fn abandoned(place: u64, snap: &Snapshot) -> bool {
@@ -266,6 +275,7 @@ mod tests {
             shard: Some(2),
             t_ms,
             salt: salt.map(str::to_string),
+            shadow: false,
         };
         assert_eq!(
             place_from("a", &t(Some(5), None, None), &s),
@@ -298,6 +308,39 @@ mod tests {
             "second not complete"
         );
         assert!(abandoned(7, &s) && !abandoned(4, &s));
+    }
+
+    #[test]
+    fn a_shadow_place_is_never_admitted_whatever_the_frontier_does() {
+        let no_keys = || -> ApiResult<Rc<KeyRing>> { panic!("no token for a shadow") };
+        let mut s = snap();
+        for (placed, frontier, cap, rate) in [
+            (100, 10, 100, 1.0),
+            (100, 100, 100, 0.0),
+            (100, 99, 100, 50.0),
+            (0, 0, 0, 0.0),
+            (5_000, 4_990, 5_000, 1_000.0),
+        ] {
+            s.placed = placed;
+            s.frontier = frontier;
+            s.frontier_cap = cap;
+            s.frontier_rate = rate;
+            for seq in [0, 1, 63, 64, 1_000_003] {
+                // Polls over the next minute, against this snapshot.
+                for later in [0, 1_000, 10_000, 60_000] {
+                    let now = NOW + later;
+                    let p = shadow_place(&s, seq, now).unwrap();
+                    assert!(p > placed && p > status::frontier_at(&s, now), "{p}");
+                    let b = status_body(no_keys, "drop", "bot", "t", Some(p), true, &s, now, 0.5)
+                        .unwrap();
+                    assert_ne!(b["status"], "admitted", "{b}");
+                    assert!(b.get("admission_token").is_none());
+                }
+            }
+        }
+        // Before the start, no place, like the real pre-queue.
+        s.starts_at_ms = NOW + 1;
+        assert_eq!(shadow_place(&s, 3, NOW), None);
     }
 
     #[test]

@@ -15,10 +15,10 @@
 
 use serde::Deserialize;
 use serde_json::json;
-use token::{Expect, TokenType};
+use token::{Claims, Expect, TicketData, TokenType};
 use worker::wasm_bindgen::{JsCast, JsValue};
 use worker::wasm_bindgen_futures::JsFuture;
-use worker::{Env, Method, Request, Response, js_sys};
+use worker::{Env, Method, Request, Response, console_log, js_sys};
 
 use crate::api::error::{ApiError, ApiResult};
 use crate::botcheck::join::{BotCheck, Proof, Refusal};
@@ -31,7 +31,7 @@ use crate::http::respond::{body_limited, internal, now_ms, query};
 use crate::queue::poll;
 use crate::queue::shards;
 use crate::queue::status::{self, TICKET_TTL_SECS};
-use crate::worker::calls::call_shard;
+use crate::worker::calls::{call_coordinator, call_shard};
 use crate::worker::memory::{known_join, remember_join};
 use crate::worker::pieces::place_of_ticket;
 use crate::worker::sale::sale_cfg;
@@ -252,7 +252,17 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
         let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
         return status_for(env, sale, &ticket).await;
     }
-    let bot_iat_ms = check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await?;
+    let bot_iat_ms = match check_bot(env, &mut req, sale, &claims.sub, cfg.bot_check, now).await {
+        Ok(iat) => iat,
+        // A sale with a shadow queue answers a failed check with a place
+        // that never moves up, so a bot learns nothing to retry on. Only
+        // the solver's own refusals (4xx): an unavailable Turnstile is
+        // still the edge's failure, not the person's.
+        Err(e) if cfg.bot_shadow && (400..500).contains(&e.status) && e.status != 429 => {
+            return shadow_join(env, sale, &claims.sub, now).await;
+        }
+        Err(e) => return Err(e),
+    };
     // A bot-checked join always goes to the shard, which spends the
     // challenge; only unchecked repeats are answered from memory.
     let known = known_join(sale, &claims.sub, bot_iat_ms.is_some(), now);
@@ -274,6 +284,30 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
         }
     };
     let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
+    status_for(env, sale, &ticket).await
+}
+
+/// A shadow ticket for `sub` (`token::TicketData::shadow`): signed like a
+/// real one, known to no shard; the coordinator only counts it.
+async fn shadow_join(env: &Env, sale: &str, sub: &str, now: u64) -> ApiResult<Response> {
+    let tickets = ring(env, "ADMISSION_TOKEN_KEYS")?;
+    let mut seq = [0u8; 4];
+    getrandom::fill(&mut seq).map_err(|_| ApiError::new(500, "rng", "CSPRNG unavailable"))?;
+    let claims = Claims::new(
+        TokenType::Ticket,
+        sub,
+        Some(sale.to_string()),
+        now / 1000,
+        TICKET_TTL_SECS,
+    )
+    .with_ticket(TicketData {
+        seq: u64::from(u32::from_be_bytes(seq)),
+        shadow: true,
+        ..TicketData::default()
+    });
+    let ticket = tickets.sign(&claims);
+    let _ = call_coordinator(env, sale, Method::Post, "/shadowed", Some(&json!({}))).await;
+    console_log!("join {sale}: bot check failed, shadow ticket");
     status_for(env, sale, &ticket).await
 }
 

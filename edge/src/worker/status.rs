@@ -184,6 +184,12 @@ pub(crate) async fn status_for(env: &Env, sale: &str, ticket: &str) -> ApiResult
     let claims = ticket_claims(&tickets, sale, ticket)?;
     let tkt = claims.tkt.clone().unwrap_or_default();
     let snap = snapshot(env, sale).await?;
+    if tkt.shadow {
+        // Never a shard or coordinator call, never a place within reach.
+        let place = crate::queue::poll::shadow_place(&snap, tkt.seq, now_ms());
+        let body = status_body(env, sale, &claims.sub, ticket, place, true, &snap)?;
+        return reply(&body);
+    }
     let t_snap = now_ms();
     flush_seen(env, sale).await;
     let t_seen = now_ms();

@@ -54,6 +54,7 @@ async fn settle_rate(
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
+        bot_shadow: false,
         join_limit: origin::sales::spec::DEFAULT_JOIN_LIMIT,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),
         draw_beacon: None,

@@ -65,6 +65,7 @@ pub(crate) async fn create_sim_sale(args: &SaleArgs, label: &str) -> anyhow::Res
         queue_shards: 1,
         admission_p99_ms: 50.0,
         bot_check: "none".into(),
+        bot_shadow: false,
         // Every simulated person joins from this one loopback address.
         join_limit: 0,
         currency: origin::sales::spec::DEFAULT_CURRENCY.into(),

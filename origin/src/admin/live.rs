@@ -62,6 +62,10 @@ pub struct Queue {
     pub turns_passed_on: u64,
     /// Admission windows that ended (used or not).
     pub windows_ended: u64,
+    /// Turns revoked (and so passed on at once).
+    pub revoked: u64,
+    /// Joins that failed the bot check and were put in the shadow queue.
+    pub shadowed: u64,
 }
 
 /// Reservations of the sale in Postgres, by status (settled rows).
@@ -442,6 +446,8 @@ async fn edge_figures(
         paused: body["paused"].as_bool() == Some(true),
         turns_passed_on: u("abandoned"),
         windows_ended: u("windows_ended"),
+        revoked: u("revoked"),
+        shadowed: u("shadowed"),
     })
 }
 

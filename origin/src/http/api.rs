@@ -217,6 +217,9 @@ pub struct SaleSummary {
     queue: QueueLayout,
     /// `none`, `pow:<bits>` or `turnstile`.
     bot_check: String,
+    /// A join that fails the bot check gets a place in a shadow queue that
+    /// never moves up, instead of an error.
+    bot_shadow: bool,
     /// Joins per minute per address.
     join_limit: i32,
     /// ISO 4217.

@@ -138,6 +138,9 @@ pub enum SaleCommand {
         /// admitted; nobody loses a place or a window); `false` resumes.
         #[arg(long)]
         paused: Option<bool>,
+        /// `true`: failed bot checks get a shadow place; `false`: an error.
+        #[arg(long)]
+        bot_shadow: Option<bool>,
         /// RFC 3339 time or `now`.
         #[arg(long, value_parser = parse_time)]
         ends_at: Option<DateTime<Utc>>,
@@ -224,6 +227,10 @@ pub struct CreateArgs {
     /// work of that many zero bits) or `turnstile`. Fixed once created.
     #[arg(long, default_value = "none")]
     pub bot_check: String,
+    /// Answer a join that fails the bot check with a place in a shadow
+    /// queue that never moves up, instead of an error a bot would retry on.
+    #[arg(long)]
+    pub bot_shadow: bool,
     /// Joins the edge accepts per address per minute: 10, 30, 100, 300 or
     /// 1000 (each a rate-limiting binding of the edge), or 0 for no limit.
     #[arg(long, default_value_t = DEFAULT_JOIN_LIMIT)]
@@ -534,6 +541,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 queue_shards: a.queue_shards,
                 admission_p99_ms: a.admission_p99_ms,
                 bot_check: a.bot_check,
+                bot_shadow: a.bot_shadow,
                 join_limit: a.join_limit,
                 currency: a.currency,
                 draw_beacon: a.draw_beacon,
@@ -549,6 +557,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             admission_factor,
             admission_p99_ms,
             paused,
+            bot_shadow,
             ends_at,
             queue_shards,
         }) => {
@@ -559,6 +568,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 queue_shards,
                 paused,
                 admission_p99_ms,
+                bot_shadow,
                 ..Default::default()
             };
             change_and_print(&sale, &change).await

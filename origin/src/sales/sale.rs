@@ -58,6 +58,9 @@ pub struct SaleConfig {
     /// 280 characters; `None`: no message), and when it was posted.
     pub message: Option<String>,
     pub message_at: Option<DateTime<Utc>>,
+    /// A join that fails the bot check gets a place in a shadow queue that
+    /// never moves up, instead of an error (issue 47).
+    pub bot_shadow: bool,
     /// What the sale sells, by position (at least one once loaded: every
     /// query that reads a config goes through [`with_skus`]).
     #[sqlx(skip)]
@@ -219,7 +222,7 @@ impl SoldOutFlag {
 /// The columns of a [`SaleConfig`], in every query that reads one.
 pub(crate) const COLUMNS: &str = "id, name, price_cents, units_total, per_user_limit, shards, shard_tags, \
      starts_at, ends_at, hold_seconds, admission_rate, admission_factor, queue_shards, paused, \
-     admission_p99_ms, bot_check, join_limit, currency, draw_beacon, message, message_at";
+     admission_p99_ms, bot_check, join_limit, currency, draw_beacon, message, message_at, bot_shadow";
 
 /// A sale's config from Postgres, or `None` when there is no such sale.
 pub(crate) async fn load_sale(pool: &PgPool, id: &str) -> Result<Option<SaleConfig>, sqlx::Error> {
@@ -320,6 +323,7 @@ mod tests {
             draw_beacon: None,
             message: None,
             message_at: None,
+            bot_shadow: false,
             skus: (0..skus)
                 .map(|p| Sku {
                     id: format!("u{p:04}"),

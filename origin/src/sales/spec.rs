@@ -41,6 +41,8 @@ pub struct SaleSpec {
     pub admission_p99_ms: f64,
     /// `none`, `pow:<1-32>` or `turnstile` (see [`valid_bot_check`]).
     pub bot_check: String,
+    /// A failed bot check gets a shadow place instead of an error.
+    pub bot_shadow: bool,
     /// Joins per address per minute, one of [`JOIN_LIMITS`] (0: no limit).
     pub join_limit: i32,
     /// ISO 4217 currency code of the price (see [`valid_currency`]).
@@ -273,6 +275,8 @@ pub struct SaleChange {
     /// `Some(Some(text))` posts a message to every waiting page (checked
     /// by [`valid_message`]), `Some(None)` takes it down.
     pub message: Option<Option<String>>,
+    /// Answer failed bot checks with a shadow place (`true`) or an error.
+    pub bot_shadow: Option<bool>,
     /// Refuse the change (`ChangeError::Started`) once the sale has
     /// started: the admin API's edits, which may change a sale only before.
     pub before_start_only: bool,
@@ -361,9 +365,10 @@ pub async fn change_sale_in(
         && change.admission_p99_ms.is_none()
         && change.starts_at.is_none()
         && change.message.is_none()
+        && change.bot_shadow.is_none()
     {
         return bad(
-            "nothing to change: give --admission-rate, --admission-factor, --admission-p99-ms, --paused or --ends-at",
+            "nothing to change: give --admission-rate, --admission-factor, --admission-p99-ms, --paused, --bot-shadow or --ends-at",
         );
     }
     if let Some(Some(text)) = &change.message
@@ -420,7 +425,8 @@ pub async fn change_sale_in(
                           admission_p99_ms = COALESCE($6, admission_p99_ms),
                           starts_at = COALESCE($7, starts_at),
                           message = CASE WHEN $8 THEN $9 ELSE message END,
-                          message_at = CASE WHEN $8 THEN now() ELSE message_at END
+                          message_at = CASE WHEN $8 THEN now() ELSE message_at END,
+                          bot_shadow = COALESCE($10, bot_shadow)
          WHERE id = $1 RETURNING {COLUMNS}"
     ))
     .bind(id)
@@ -432,6 +438,7 @@ pub async fn change_sale_in(
     .bind(change.starts_at)
     .bind(change.message.is_some())
     .bind(change.message.clone().flatten())
+    .bind(change.bot_shadow)
     .fetch_one(&mut *tx)
     .await?;
     let changed = with_skus(&mut *tx, vec![changed])
@@ -483,8 +490,9 @@ pub async fn create_sale(
         "INSERT INTO sales (id, name, price_cents, units_total, per_user_limit, shards, shard_tags,
                             starts_at, ends_at, hold_seconds, admission_rate, admission_factor,
                             queue_shards, admission_p99_ms, bot_check, join_limit, currency,
-                            draw_beacon)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+                            draw_beacon, bot_shadow)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                 $19)
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&spec.id)
@@ -505,6 +513,7 @@ pub async fn create_sale(
     .bind(spec.join_limit)
     .bind(&spec.currency)
     .bind(&spec.draw_beacon)
+    .bind(spec.bot_shadow)
     .execute(&mut *tx)
     .await?;
     if inserted.rows_affected() == 0 {
@@ -597,6 +606,7 @@ mod tests {
             queue_shards: 1,
             admission_p99_ms: 50.0,
             bot_check: "none".into(),
+            bot_shadow: false,
             join_limit: DEFAULT_JOIN_LIMIT,
             currency: DEFAULT_CURRENCY.into(),
             draw_beacon: None,

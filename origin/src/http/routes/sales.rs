@@ -171,6 +171,8 @@ async fn compute(app: &AppState, sale: &Sale) -> Result<Value, ApiError> {
         },
         "queue": {"shards": cfg.queue_shards},
         "bot_check": cfg.bot_check,
+        // A failed bot check gets a place in a shadow queue (issue 47).
+        "bot_shadow": cfg.bot_shadow,
         "join_limit": cfg.join_limit,
         "currency": cfg.currency,
         // The beacon the edge's draw takes its round from (null: none).
