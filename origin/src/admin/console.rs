@@ -25,6 +25,18 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/css; charset=utf-8",
         include_str!("../../console/console.css"),
     ),
+    // The chart library, vendored from npm by `origin/console/vendor.mjs`
+    // (the version pinned in package.json).
+    (
+        "uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../console/vendor/uPlot.iife.min.js"),
+    ),
+    (
+        "uPlot.min.css",
+        "text/css; charset=utf-8",
+        include_str!("../../console/vendor/uPlot.min.css"),
+    ),
 ];
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
@@ -63,5 +75,36 @@ pub async fn asset(axum::extract::Path(file): axum::extract::Path<String>) -> Re
     match ASSETS.iter().find(|(name, _, _)| *name == file) {
         Some((_, kind, body)) => secured(([(header::CONTENT_TYPE, *kind)], *body).into_response()),
         None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_loads_only_served_assets_and_nothing_inline() {
+        let mut refs = 0;
+        for part in PAGE.split("/admin/assets/").skip(1) {
+            let name = part.split('"').next().unwrap_or_default();
+            assert!(
+                ASSETS.iter().any(|(n, _, _)| *n == name),
+                "index.html loads {name:?}, which ASSETS does not serve"
+            );
+            refs += 1;
+        }
+        assert_eq!(refs, ASSETS.len(), "every asset is used by the page");
+        // What the CSP would block anyway, caught here rather than in a browser.
+        for inline in [
+            "<script>",
+            "<style",
+            " style=",
+            " onclick=",
+            " onload=",
+            "javascript:",
+        ] {
+            assert!(!PAGE.contains(inline), "index.html holds {inline:?}");
+        }
+        assert!(CSP.contains("script-src 'self';") && !CSP.contains("unsafe"));
     }
 }
