@@ -635,3 +635,86 @@ async fn a_change_made_elsewhere_reaches_this_origin_at_once_not_within_its_conf
     }
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_is_created_from_the_create_flags_as_json_with_its_audit_entry() {
+    let app = TestApp::spawn().await;
+    let starts = (Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
+    let body = json!({
+        "sale": "made-here", "name": "Sizes", "starts_at": starts,
+        "sku": ["s41:3:12900", "s42:2:12900:1"], "per_user_limit": 2, "shards": 2,
+        "bot_shadow": true,
+    });
+    let (s, b) = app
+        .admin(Method::POST, "sales", R, Some(body.clone()))
+        .await;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("admin_scope")));
+    let (s, b) = app
+        .admin(Method::POST, "sales", W, Some(body.clone()))
+        .await;
+    assert_eq!(s, 201, "{b}");
+    assert_eq!(b["sale"], "made-here");
+    assert_eq!(b["units_total"], 5);
+    assert_eq!(b["bot_shadow"], true);
+    assert_eq!(b["skus"].as_array().unwrap().len(), 2);
+    let (_, summary) = app.get("/api/sales/made-here", None).await;
+    assert_eq!(summary["phase"], "upcoming");
+    assert_eq!(summary["units_available"], 5, "Redis stock laid out");
+    assert_eq!(summary["join_limit"], 1000, "the CLI's defaults");
+    // Again: refused, nothing changed.
+    let (s, b) = app.admin(Method::POST, "sales", W, Some(body)).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (409, Some("sale_exists")),
+        "{b}"
+    );
+    for (bad, says) in [
+        (
+            json!({"sale": "x1", "name": "n", "starts_at": "now", "shards": 1}),
+            "units",
+        ),
+        (
+            json!({"sale": "x2", "name": "n", "starts_at": "soon", "units": 1, "shards": 1}),
+            "RFC 3339",
+        ),
+        (
+            json!({"sale": "x3", "name": "n", "starts_at": "now", "units": 1, "colour": "red"}),
+            "colour",
+        ),
+        (
+            json!({"sale": "x4", "name": "n", "starts_at": "now", "skus": "/etc/passwd"}),
+            "no file",
+        ),
+        (json!(["not", "an", "object"]), "object"),
+    ] {
+        let (s, b) = app.admin(Method::POST, "sales", W, Some(bad.clone())).await;
+        assert_eq!(
+            (s, b["error"]["code"].as_str()),
+            (400, Some("invalid_change")),
+            "{bad}: {b}"
+        );
+        assert!(
+            b["error"]["message"].as_str().unwrap().contains(says),
+            "{bad}: {b}"
+        );
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM sales WHERE id LIKE 'x%'")
+        .fetch_one(&app.state.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    let entries = audit(&app, "made-here").await;
+    let got: Vec<(&str, Option<&str>)> = entries
+        .iter()
+        .map(|e| (e["action"].as_str().unwrap(), e["error"].as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("create", Some("sale_exists")),
+            ("create", None),
+            ("create", Some("admin_scope"))
+        ]
+    );
+    app.stop().await;
+}

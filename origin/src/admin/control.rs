@@ -109,6 +109,95 @@ async fn revoke(app: &AppState, w: &Write<'_>, account: &str) -> Result<Value, A
     Ok(json!({"account": account, "revoked": true, "new": new, "edge": told}))
 }
 
+/// `POST sales`: the flags of `origin sale create` as a JSON object
+/// (`{"sale": "drop-2", "name": "…", "units": 100, "starts_at": "…",
+/// "sku": ["s42:10:12900", …], "bot_shadow": true}`): one parser and one
+/// set of defaults and checks for both.
+pub fn create_flags(body: &Value) -> Result<Vec<String>, AdminError> {
+    let Some(obj) = body.as_object() else {
+        return Err(AdminError::Invalid(
+            "the body must be an object of sale create's flags".into(),
+        ));
+    };
+    let mut flags = Vec::new();
+    for (k, v) in obj {
+        if k == "skus" {
+            return Err(AdminError::Invalid(
+                "list the SKUs in \"sku\" (an array of id:units:price_cents[:limit]); no file is read here".into(),
+            ));
+        }
+        if !k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') || k.is_empty() {
+            return Err(AdminError::Invalid(format!("unknown field {k:?}")));
+        }
+        let flag = format!("--{}", k.replace('_', "-"));
+        let text = |v: &Value| match v {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            _ => Err(AdminError::Invalid(format!("{k}: a string or a number"))),
+        };
+        match v {
+            Value::Bool(true) => flags.push(flag),
+            Value::Bool(false) | Value::Null => {}
+            Value::Array(items) => {
+                for item in items {
+                    flags.push(flag.clone());
+                    flags.push(text(item)?);
+                }
+            }
+            other => {
+                flags.push(flag);
+                flags.push(text(other)?);
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// Creates a sale (`sales::spec::create_sale`: Postgres and Redis stock),
+/// then its audit entry; a refusal gets an entry.
+pub async fn create(app: &AppState, key_id: &str, request: &Value) -> Result<Value, AdminError> {
+    let sale = request["sale"].as_str().map(str::to_string);
+    let w = Write {
+        key_id: Some(key_id),
+        action: "create",
+        sale: sale.as_deref(),
+        request,
+    };
+    let done = async {
+        let flags = create_flags(request)?;
+        let args = crate::sales::create::parse_flags(&flags).map_err(AdminError::Invalid)?;
+        let skus = args.sku.clone();
+        let spec = args.spec(skus);
+        let mut conn = app.engine.conn.clone();
+        let cfg =
+            crate::sales::spec::create_sale(&app.pool, &mut conn, &app.settings.key_prefix, &spec)
+                .await
+                .map_err(|e| {
+                    use crate::sales::spec::CreateError as C;
+                    match e {
+                        C::Invalid(m) => AdminError::Invalid(m),
+                        C::Exists(_) | C::RedisKeysExist(_) => {
+                            AdminError::SaleExists(e.to_string())
+                        }
+                        C::Db(d) => d.into(),
+                        C::Redis(r) => r.into(),
+                    }
+                })?;
+        let mut tx = app.pool.begin().await?;
+        let view = audit_view(&cfg);
+        audit::append(&mut tx, &w, &Value::Null, &view).await?;
+        tx.commit().await?;
+        serde_json::to_value(&cfg).map_err(|e| AdminError::Internal(e.into()))
+    };
+    match done.await {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            refuse(app, &w, &e).await;
+            Err(e)
+        }
+    }
+}
+
 /// What an admin write asks.
 #[derive(Debug)]
 pub enum Action {

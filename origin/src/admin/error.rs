@@ -25,6 +25,7 @@ pub const ADMIN_ERROR_CODES: &[&str] = &[
     "rate_limited",
     "redis_unavailable",
     "sale_not_found",
+    "sale_exists",
     "sale_not_live",
     "sale_started",
 ];
@@ -44,6 +45,8 @@ pub enum AdminError {
     NotFound(String),
     #[error("{0}")]
     SaleStarted(String),
+    #[error("{0}")]
+    SaleExists(String),
     #[error("{0}")]
     SaleNotLive(String),
     #[error("{0}")]
@@ -67,7 +70,9 @@ impl AdminError {
             AdminError::Scope(_) => StatusCode::FORBIDDEN,
             AdminError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             AdminError::SaleNotFound(_) | AdminError::NotFound(_) => StatusCode::NOT_FOUND,
-            AdminError::SaleStarted(_) | AdminError::SaleNotLive(_) => StatusCode::CONFLICT,
+            AdminError::SaleStarted(_) | AdminError::SaleNotLive(_) | AdminError::SaleExists(_) => {
+                StatusCode::CONFLICT
+            }
             AdminError::Invalid(_)
             | AdminError::MessageTooLong(_)
             | AdminError::MalformedJson(_) => StatusCode::BAD_REQUEST,
@@ -85,6 +90,7 @@ impl AdminError {
             AdminError::SaleNotFound(_) => "sale_not_found",
             AdminError::NotFound(_) => "not_found",
             AdminError::SaleStarted(_) => "sale_started",
+            AdminError::SaleExists(_) => "sale_exists",
             AdminError::SaleNotLive(_) => "sale_not_live",
             AdminError::Invalid(_) => "invalid_change",
             AdminError::MessageTooLong(_) => "message_too_long",
@@ -180,6 +186,7 @@ mod tests {
             AdminError::SaleNotFound("s".into()),
             AdminError::NotFound("x".into()),
             AdminError::SaleStarted("x".into()),
+            AdminError::SaleExists("x".into()),
             AdminError::SaleNotLive("x".into()),
             AdminError::Invalid("x".into()),
             AdminError::MessageTooLong(300),

@@ -117,6 +117,49 @@ const S: &str = "The sale id";
     ))]
 fn list_sales() {}
 
+/// `POST sales`: `origin sale create`'s flags as a JSON object.
+#[derive(ToSchema)]
+pub struct CreateBody {
+    /// The sale id (`[a-z0-9-]`, as `--sale`).
+    sale: String,
+    name: String,
+    /// A sale of one SKU (its id and name the sale's); or `sku`.
+    units: Option<i64>,
+    /// SKUs, each `id:units:price_cents[:per_user_limit]`.
+    sku: Option<Vec<String>>,
+    price_cents: Option<i64>,
+    per_user_limit: Option<i64>,
+    /// RFC 3339, or `now`.
+    starts_at: String,
+    ends_at: Option<String>,
+    shards: Option<i64>,
+    queue_shards: Option<i64>,
+    hold_seconds: Option<i64>,
+    admission_rate: Option<f64>,
+    admission_factor: Option<f64>,
+    admission_p99_ms: Option<f64>,
+    bot_check: Option<String>,
+    bot_shadow: Option<bool>,
+    join_limit: Option<i64>,
+    currency: Option<String>,
+    draw_beacon: Option<String>,
+}
+
+#[utoipa::path(post, path = "/admin/api/sales", tag = "control",
+    request_body = CreateBody,
+    security(("admin_key" = [])),
+    description = "A new sale: the flags of `origin sale create` (defaults and checks the same); `skus` (a file) is not read here.",
+    responses(
+        (status = 201, description = "Created (Postgres and the Redis stock), with its audit entry", body = Object),
+        (status = 400, description = "`invalid_change` (the flags' own message), `malformed_json`", body = AdminErrorBody),
+        (status = 401, description = "`admin_key_required`", body = AdminErrorBody),
+        (status = 403, description = "`admin_scope`: a read key", body = AdminErrorBody),
+        (status = 409, description = "`sale_exists`", body = AdminErrorBody),
+        (status = 429, description = "`rate_limited`", body = AdminErrorBody, headers(("Retry-After" = u32))),
+        (status = 503, description = "`database_unavailable`, `redis_unavailable`", body = AdminErrorBody, headers(("Retry-After" = u32))),
+    ))]
+fn create_sale() {}
+
 #[utoipa::path(get, path = "/admin/api/sales/{sale}", tag = "sales",
     params(("sale" = String, Path, description = S, example = "drop-1")),
     security(("admin_key" = [])),
@@ -246,7 +289,7 @@ fn audit() {}
             `{\"error\": {\"code\", \"message\"}}`.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
-    paths(list_sales, show_sale, edit_sale, pause, resume, rate, end, message, revoke, live,
+    paths(list_sales, create_sale, show_sale, edit_sale, pause, resume, rate, end, message, revoke, live,
           live_stream, audit),
     components(schemas(AdminErrorCode, SaleSettings, Queue, Reservations, SkuFigures, Outbox,
                        Answered)),

@@ -65,7 +65,7 @@ pub fn router(app: AppState, shared: bool, stop: CancellationToken) -> Router {
         .route("/admin", get(crate::admin::console::redirect))
         .route("/admin/", get(crate::admin::console::page))
         .route("/admin/assets/{file}", get(crate::admin::console::asset))
-        .route("/admin/api/sales", get(list_sales))
+        .route("/admin/api/sales", get(list_sales).post(create_sale))
         .route("/admin/api/sales/{sale}", get(show_sale).patch(edit_sale))
         .route("/admin/api/sales/{sale}/live", get(live))
         .route("/admin/api/sales/{sale}/live/stream", get(live_stream))
@@ -245,6 +245,34 @@ write_route!(
     |b: RevokeBody| Action::Revoke(b.account),
     "`POST sales/{sale}/revoke` `{\"account\": …}`: the account's admission ends; its turn passes on at once at the edge."
 );
+
+/// `POST sales`: a new sale, from `origin sale create`'s flags as JSON.
+pub async fn create_sale(
+    State(s): St,
+    peer: Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AdminError> {
+    let parsed = body_json(&body);
+    let request = match &parsed {
+        Ok(v) => v.clone(),
+        Err(_) => json!({"unparsed": String::from_utf8_lossy(&body[..body.len().min(1024)])}),
+    };
+    let sale = request["sale"].as_str().unwrap_or_default().to_string();
+    let admin = write(&s, &peer, &headers, "create", &sale, &request).await?;
+    if let Err(e) = parsed {
+        let w = Write {
+            key_id: Some(&admin.key_id),
+            action: "create",
+            sale: Some(&sale),
+            request: &request,
+        };
+        control::refuse(&s.0.app, &w, &e).await;
+        return Err(e);
+    }
+    let cfg = control::create(&s.0.app, &admin.key_id, &request).await?;
+    Ok((axum::http::StatusCode::CREATED, Json(cfg)).into_response())
+}
 
 /// `GET sales`: every sale, newest start first.
 pub async fn list_sales(

@@ -15,11 +15,10 @@ use crate::ops::telemetry;
 use crate::ops::workers::Workers;
 use crate::reserve::engine::SkuStock;
 use crate::reserve::store;
+use crate::sales::create::parse_time;
 use crate::sales::registry::SaleRegistry;
-use crate::sales::sku::{SkuSpec, parse_sku_file, parse_sku_flag};
-use crate::sales::spec::{
-    DEFAULT_CURRENCY, DEFAULT_JOIN_LIMIT, SaleChange, SaleSpec, change_sale, create_sale,
-};
+use crate::sales::sku::parse_sku_file;
+use crate::sales::spec::{SaleChange, change_sale, create_sale};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -118,7 +117,7 @@ pub struct ServeArgs {
 #[derive(Subcommand, Debug)]
 pub enum SaleCommand {
     /// Writes the sale to Postgres, initializes Redis and prints it as JSON.
-    Create(CreateArgs),
+    Create(crate::sales::create::CreateArgs),
     /// Changes the admission pace, pauses or resumes admission, or moves the
     /// end of a sale; prints it as JSON. Running origins pick it up within
     /// 5 s, the edge from them.
@@ -160,90 +159,6 @@ pub enum SaleCommand {
         #[arg(long)]
         sale: String,
     },
-}
-
-fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
-    if s == "now" {
-        return Ok(Utc::now());
-    }
-    DateTime::parse_from_rfc3339(s)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| format!("expected RFC 3339 (e.g. 2026-12-01T12:00:00Z) or 'now': {e}"))
-}
-
-#[derive(Args, Debug)]
-#[command(group(
-    clap::ArgGroup::new("what")
-        .required(true)
-        .args(["units", "sku", "skus"])
-))]
-pub struct CreateArgs {
-    #[arg(long)]
-    pub sale: String,
-    #[arg(long)]
-    pub name: String,
-    /// Units of a sale of one SKU (its id and name are the sale's); or list
-    /// the SKUs with --sku / --skus.
-    #[arg(long, conflicts_with_all = ["sku", "skus"])]
-    pub units: Option<i32>,
-    /// A SKU, `<id>:<units>:<price_cents>[:<per_user_limit>]` (its name is
-    /// its id); repeat for each SKU, in the order the page lists them.
-    #[arg(long, value_parser = parse_sku_flag, conflicts_with = "skus")]
-    pub sku: Vec<SkuSpec>,
-    /// A file listing the SKUs: a JSON array of {"id", "name", "units",
-    /// "price_cents", "per_user_limit"} or CSV with a header line naming
-    /// those columns (`name`, `per_user_limit` optional).
-    #[arg(long)]
-    pub skus: Option<PathBuf>,
-    #[arg(long)]
-    pub per_user_limit: i32,
-    #[arg(long)]
-    pub shards: i32,
-    /// RFC 3339 time or `now`.
-    #[arg(long, value_parser = parse_time)]
-    pub starts_at: DateTime<Utc>,
-    #[arg(long, value_parser = parse_time)]
-    pub ends_at: Option<DateTime<Utc>>,
-    #[arg(long, default_value_t = 600)]
-    pub hold_seconds: i32,
-    /// Most people admitted per second by the edge (the ceiling of its
-    /// adaptive rate).
-    #[arg(long, default_value_t = 50.0)]
-    pub admission_rate: f64,
-    /// The reservation path's p99 (ms) above which the edge admits slower.
-    #[arg(long, default_value_t = 50.0)]
-    pub admission_p99_ms: f64,
-    /// Admitted-but-not-holding people never exceed this × units available.
-    #[arg(long, default_value_t = 2.0)]
-    pub admission_factor: f64,
-    /// Price of the one SKU of a sale given with --units (default 0).
-    #[arg(long, conflicts_with_all = ["sku", "skus"])]
-    pub price_cents: Option<i64>,
-    /// Durable Objects the edge spreads the sale's queue over (1-256; an
-    /// account always lands on the same one). Fixed once created.
-    #[arg(long, default_value_t = 1)]
-    pub queue_shards: i32,
-    /// What a join must bring at the edge: `none`, `pow:<1-32>` (proof of
-    /// work of that many zero bits) or `turnstile`. Fixed once created.
-    #[arg(long, default_value = "none")]
-    pub bot_check: String,
-    /// Answer a join that fails the bot check with a place in a shadow
-    /// queue that never moves up, instead of an error a bot would retry on.
-    #[arg(long)]
-    pub bot_shadow: bool,
-    /// Joins the edge accepts per address per minute: 10, 30, 100, 300 or
-    /// 1000 (each a rate-limiting binding of the edge), or 0 for no limit.
-    #[arg(long, default_value_t = DEFAULT_JOIN_LIMIT)]
-    pub join_limit: i32,
-    /// ISO 4217 code of the price's currency (the queue page shows prices
-    /// in it).
-    #[arg(long, default_value = DEFAULT_CURRENCY)]
-    pub currency: String,
-    /// Base URL of a drand-style randomness beacon whose first round at or
-    /// after the start goes into the draw's key (`<url>/info`,
-    /// `<url>/public/<round>`). Unset: no beacon. Fixed once created.
-    #[arg(long)]
-    pub draw_beacon: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -524,29 +439,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         .with_context(|| format!("reading --skus {}", path.display()))?;
                     parse_sku_file(&text).map_err(anyhow::Error::msg)?
                 }
-                None => a.sku,
+                None => a.sku.clone(),
             };
-            let spec = SaleSpec {
-                id: a.sale,
-                name: a.name,
-                units: a.units.unwrap_or(0),
-                per_user_limit: a.per_user_limit,
-                shards: a.shards,
-                starts_at: a.starts_at,
-                ends_at: a.ends_at,
-                hold_seconds: a.hold_seconds,
-                admission_rate: a.admission_rate,
-                admission_factor: a.admission_factor,
-                price_cents: a.price_cents.unwrap_or(0),
-                queue_shards: a.queue_shards,
-                admission_p99_ms: a.admission_p99_ms,
-                bot_check: a.bot_check,
-                bot_shadow: a.bot_shadow,
-                join_limit: a.join_limit,
-                currency: a.currency,
-                draw_beacon: a.draw_beacon,
-                skus,
-            };
+            let spec = a.spec(skus);
             let sale = create_sale(&pool, &mut conn, &configuration::key_prefix()?, &spec).await?;
             println!("{}", serde_json::to_string_pretty(&sale)?);
             Ok(())

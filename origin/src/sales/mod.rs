@@ -7,6 +7,7 @@
 //! shards).
 
 pub mod bounds;
+pub mod create;
 pub mod placement;
 pub mod registry;
 pub mod revoke;
