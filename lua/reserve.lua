@@ -56,15 +56,16 @@ if prior then
 end
 
 local acct, limit = ARGV[1], tonumber(ARGV[3])
--- A replay above still answers the hold the account made before its
--- admission was revoked; a new hold is refused.
-if redis.call('HEXISTS', KEYS[4], revoked_field(acct)) == 1 then
-  return {11}
-end
 local now, hold_ms, id, shard = now_ms(), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local used = tonumber(redis.call('HGET', KEYS[4], acct) or '0')
 if used + qty > limit then
   return {5, used}
+end
+-- A replay above still answers the hold the account made before its
+-- admission was revoked; a new hold is refused (after the limit: a buyer
+-- whose admission ended for having bought all it may is told that).
+if redis.call('HEXISTS', KEYS[4], revoked_field(acct)) == 1 then
+  return {11}
 end
 if pos ~= nil and ARGV[13] ~= '' then
   local sku_used = tonumber(redis.call('HGET', KEYS[4], sku_field(acct, pos)) or '0')

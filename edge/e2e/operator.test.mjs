@@ -199,3 +199,44 @@ test('a failed bot check of a sale with a shadow queue gets a place that never m
   assert.ok(r.status >= 400 && r.status < 500, JSON.stringify(r.body));
   assert.match(r.body.error.code, /^bot_check_/);
 });
+
+test('after a paid purchase that uses up the account\'s limit, the origin ends its admission: the turn passes on', async () => {
+  const BUY = `e2e-buy-${rid()}`;
+  createSale({
+    sale: BUY, name: 'E2E buy', units: 5, 'per-user-limit': 1, shards: 1,
+    'starts-at': 'now', 'admission-rate': 5, 'price-cents': 1000,
+  });
+  const p = { account: `buyer-${rid()}` };
+  const j = await call('POST', `${EDGE}/api/sales/${BUY}/queue`, { token: userToken(p.account) });
+  assert.equal(j.status, 200, JSON.stringify(j.body));
+  p.ticket = j.body.ticket;
+  let s;
+  assert.ok(await until(20_000, async () => {
+    s = (await call('GET', `${EDGE}/api/sales/${BUY}/queue`, { token: p.ticket })).body;
+    if (s.ticket) p.ticket = s.ticket;
+    return s.status === 'admitted';
+  }, 300), 'admitted');
+  const hold = await call('POST', `${EDGE}/api/sales/${BUY}/reservations`, {
+    token: s.admission_token, body: { qty: 1 }, headers: { 'idempotency-key': `buy-${rid()}` },
+  });
+  assert.equal(hold.status, 202, JSON.stringify(hold.body));
+  const id = hold.body.reservation_id;
+  const pay = await call('POST', `${EDGE}/api/reservations/${encodeURIComponent(id)}/purchase`, {
+    token: s.admission_token, headers: { 'idempotency-key': `pay-${rid()}` },
+  });
+  assert.ok([200, 201, 202].includes(pay.status), JSON.stringify(pay.body));
+  const done = await call('POST', `${EDGE}${pay.body.checkout_url}`, { body: { outcome: 'succeeded' } });
+  assert.equal(done.status, 200, JSON.stringify(done.body));
+  const t0 = Date.now();
+  const took = await timeUntil(async () => {
+    const b = (await call('GET', `${EDGE}/api/sales/${BUY}/queue`, { token: p.ticket })).body;
+    return b.status === 'closed' && b.reason === 'abandoned';
+  }, 20_000);
+  console.log(`paid → the buyer's turn passed on after ${took} ms`);
+  assert.ok(took <= BOUND_MS, `the buyer's turn passed on ${took} ms after the payment`);
+  const again = await call('POST', `${EDGE}/api/sales/${BUY}/reservations`, {
+    token: s.admission_token, body: { qty: 1 }, headers: { 'idempotency-key': `buy2-${rid()}` },
+  });
+  assert.equal(again.status, 409, 'at its limit: told so, as before');
+  assert.equal(again.body.error.code, 'per_user_limit');
+});

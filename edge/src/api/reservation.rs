@@ -65,6 +65,23 @@ pub fn cancelled(body: &[u8]) -> Option<Cancelled> {
     )
 }
 
+/// The command header an origin answer may carry (a shop's own server
+/// between the edge and the origin sets it, as Cloudflare's waiting room
+/// reads `Cf-Waiting-Room-Command`): `revoke` ends the caller's admission.
+/// Never passed on to the browser.
+pub const COMMAND_HEADER: &str = "flashsale-command";
+
+/// Whether an answer's command header asks to end the caller's admission.
+pub fn says_revoke(command: Option<&str>) -> bool {
+    command.is_some_and(|c| c.trim().eq_ignore_ascii_case("revoke"))
+}
+
+/// The sale a reservation answer names (`"sale"`), if any.
+pub fn sale_of(body: &[u8]) -> Option<String> {
+    let a: Answer = serde_json::from_slice(body).ok()?;
+    a.sale.filter(|s| !s.is_empty())
+}
+
 /// The SKU a reservation request names (`{"sku": "<id>", …}`), if it names
 /// one that could be a SKU id (a slug like a sale id: `[a-z0-9][a-z0-9_-]`,
 /// at most 64 bytes). What the origin does with the body is the origin's
@@ -89,6 +106,27 @@ pub fn named_sku(body: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_a_revoke_command_is_obeyed_and_the_answer_names_its_sale() {
+        for yes in ["revoke", " Revoke ", "REVOKE"] {
+            assert!(says_revoke(Some(yes)), "{yes}");
+        }
+        for no in [
+            None,
+            Some(""),
+            Some("revoked"),
+            Some("revoke,now"),
+            Some("pause"),
+        ] {
+            assert!(!says_revoke(no), "{no:?}");
+        }
+        let body = br#"{"reservation_id": "r1", "sale": "drop-1", "status": "paid"}"#;
+        assert_eq!(sale_of(body).as_deref(), Some("drop-1"));
+        assert_eq!(sale_of(br#"{"reservation_id": "r1", "sale": ""}"#), None);
+        assert_eq!(sale_of(b"not json"), None);
+    }
+
     use super::*;
 
     fn parse(t: &str) -> Option<u64> {

@@ -63,6 +63,12 @@ pub(crate) async fn tell_released(env: &Env, sub: &str, c: &Cancelled) {
     tell_shard(env, &c.sale, sub, "/released", &body).await;
 }
 
+/// Tells the account's shard its admission ended (an origin answer's
+/// `Flashsale-Command: revoke`): the turn is passed on at once.
+pub(crate) async fn tell_revoked(env: &Env, sale: &str, sub: &str) {
+    tell_shard(env, sale, sub, "/revoke", &json!({ "sub": sub })).await;
+}
+
 async fn tell_shard(env: &Env, sale: &str, sub: &str, path: &str, body: &Value) {
     let Ok(cfg) = sale_cfg(env, sale).await else {
         return;

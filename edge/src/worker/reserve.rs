@@ -32,7 +32,7 @@ use crate::http::sold_out::{
     held_key_known, remember_held_key, set_sku_sold_out, set_sold_out, sku_sold_out_known,
     sold_out_known,
 };
-use crate::worker::calls::{tell_held, tell_released, tell_sold_out};
+use crate::worker::calls::{tell_held, tell_released, tell_revoked, tell_sold_out};
 use crate::worker::sale::parse_time;
 
 const ORIGIN_TIMEOUT_MS: u32 = 5_000;
@@ -109,8 +109,17 @@ async fn forward_bytes(
     };
     let status = resp.status_code();
     log(status);
+    let command = resp
+        .headers()
+        .get(reservation::COMMAND_HEADER)
+        .ok()
+        .flatten();
     let body = resp.bytes().await.unwrap_or_default();
     let h = Headers::new();
+    // Kept for the caller, which obeys it and takes it off (`obey`).
+    if let Some(c) = command {
+        h.set(reservation::COMMAND_HEADER, &c).map_err(internal)?;
+    }
     for name in [
         "content-type",
         "location",
@@ -191,6 +200,7 @@ pub(crate) async fn reserve(env: &Env, mut req: Request, sale: &str) -> ApiResul
         Some(body),
     )
     .await?;
+    obey(env, &mut resp, Some(sale), &claims.sub).await;
     if resp.status_code() == 202 {
         // A person whose hold may still exist keeps the turn (issue 13 #4),
         // until the hold's end (issue 44 #2: not forever).
@@ -225,6 +235,30 @@ async fn answer_copy(resp: &mut Response) -> Option<Vec<u8>> {
     resp.cloned().ok()?.bytes().await.ok()
 }
 
+/// Obeys (and takes off) an origin answer's command header: `revoke` ends
+/// `sub`'s admission to the sale the answer names (or `sale`).
+async fn obey(env: &Env, resp: &mut Response, sale: Option<&str>, sub: &str) {
+    let command = resp
+        .headers()
+        .get(reservation::COMMAND_HEADER)
+        .ok()
+        .flatten();
+    let _ = resp.headers_mut().delete(reservation::COMMAND_HEADER);
+    if !reservation::says_revoke(command.as_deref()) {
+        return;
+    }
+    let sale = match sale {
+        Some(s) => Some(s.to_string()),
+        None => answer_copy(resp)
+            .await
+            .and_then(|b| reservation::sale_of(&b)),
+    };
+    if let Some(sale) = sale {
+        console_log!("revoke {sale}: the origin's answer asked");
+        tell_revoked(env, &sale, sub).await;
+    }
+}
+
 /// Reservation calls accept an `admit` or a `user` token; the origin checks
 /// the reservation belongs to that account.
 pub(crate) async fn forward_reservation(
@@ -237,6 +271,7 @@ pub(crate) async fn forward_reservation(
     let sub = account_of(env, &token)?;
     let cancel = method == Method::Delete;
     let mut resp = forward(env, req, method, path).await?;
+    obey(env, &mut resp, None, &sub).await;
     if cancel && (200..300).contains(&resp.status_code()) {
         // That hold no longer protects the turn (issue 44 #2): the answer
         // names the sale, which neither the route nor a user token does.

@@ -333,6 +333,15 @@ pub async fn webhook(
     if applied == Applied::Paid || applied == Applied::RefundRequired {
         app.summaries.invalidate_all();
     }
+    if applied == Applied::Paid {
+        // Off the provider's answer path: it only waits for the receipt.
+        let (app, payment) = (app.clone(), event.data.payment_id.clone());
+        tokio::spawn(async move {
+            if let Err(e) = pass_on_when_done(&app, &payment).await {
+                tracing::warn!(payment, error = %e, "cannot end the admission of a buyer who is done");
+            }
+        });
+    }
     Ok(Json(json!({"received": true, "result": applied})))
 }
 
@@ -388,4 +397,42 @@ pub async fn dev_complete(
     Ok(Json(
         json!({"webhook_status": status, "webhook_answer": answer}),
     ))
+}
+
+/// After a paid purchase: an account that has bought all its sale lets
+/// (its per-user limit) can buy nothing more, so its admission ends
+/// (`sales::revoke`: no new hold, the turn passed on at the edge) instead
+/// of its turn counting again once its paid hold's time is over (issue
+/// 47, "the shop's hand at the end of checkout"). An account that may buy
+/// more keeps its turn.
+async fn pass_on_when_done(app: &AppState, payment: &str) -> anyhow::Result<()> {
+    let row: Option<(String, String, i64, i32)> = sqlx::query_as(
+        "SELECT p.sale_id, p.account,
+                (SELECT coalesce(sum(r.qty), 0) FROM reservations r
+                  WHERE r.sale_id = p.sale_id AND r.account = p.account AND r.status = 'paid'),
+                s.per_user_limit
+           FROM payments p JOIN sales s ON s.id = p.sale_id WHERE p.id = $1",
+    )
+    .bind(payment)
+    .fetch_optional(&app.pool)
+    .await?;
+    let Some((sale_id, account, bought, limit)) = row else {
+        return Ok(());
+    };
+    if bought < i64::from(limit) {
+        return Ok(());
+    }
+    let Some(sale) = app.sales.get(&sale_id).await? else {
+        return Ok(());
+    };
+    let mut tx = app.pool.begin().await?;
+    crate::sales::revoke::record(&mut tx, &sale_id, &account).await?;
+    tx.commit().await?;
+    crate::sales::revoke::mark(&app.engine.conn, &sale, &account).await?;
+    let admin = &app.settings.admin;
+    let edge = admin.edge_url.as_deref().zip(admin.edge_secret.as_ref());
+    let told = crate::sales::revoke::tell_edge(edge, &sale_id, &account).await;
+    metrics::counter!("flashsale_admissions_ended_after_purchase_total").increment(1);
+    tracing::info!(sale = %sale_id, ?told, "a buyer at its limit: admission ended, turn passed on");
+    Ok(())
 }
