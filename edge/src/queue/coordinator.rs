@@ -1750,15 +1750,21 @@ mod tests {
         assert_eq!(c.record_report(bad).unwrap_err().status, 400);
     }
 
-    #[test]
-    fn a_revoked_turn_is_passed_on_at_once_and_counted_once() {
-        let (c, world, _) = sale(40, 1);
-        let listed_at = draw(&c, &world);
-        let mut now = listed_at;
+    /// A sale of `people` on one shard, drawn, three seconds into
+    /// admission: the object, its world, and the time now.
+    fn admitting(people: usize) -> (Coordinator<MemSql>, World, u64) {
+        let (c, world, _) = sale(people, 1);
+        let mut now = draw(&c, &world);
         for _ in 0..3 {
             now += 1_000;
             alarm(&c, &world, now);
         }
+        (c, world, now)
+    }
+
+    #[test]
+    fn a_revoked_turn_is_passed_on_at_once_and_counted_once() {
+        let (c, _, now) = admitting(40);
         let before = c.snapshot(SALE, now).unwrap();
         assert!(before.frontier >= 2, "two people admitted");
         assert!(before.abandoned.is_empty());
@@ -1781,13 +1787,7 @@ mod tests {
 
     #[test]
     fn an_admitted_person_not_seen_for_thirty_seconds_who_holds_nothing_loses_the_turn() {
-        let (c, world, _) = sale(40, 1);
-        let listed_at = draw(&c, &world);
-        let mut now = listed_at;
-        for _ in 0..3 {
-            now += 1_000;
-            alarm(&c, &world, now);
-        }
+        let (c, world, mut now) = admitting(40);
         let admitted = c.snapshot(SALE, now).unwrap().frontier;
         assert!(admitted >= 2, "two people admitted ({admitted})");
         // Place 1 polled once; place 2 made a reservation.
@@ -1813,13 +1813,7 @@ mod tests {
     /// is given back.
     #[test]
     fn a_hold_that_ended_keeps_the_turn_no_longer() {
-        let (c, world, _) = sale(40, 1);
-        let listed_at = draw(&c, &world);
-        let mut now = listed_at;
-        for _ in 0..3 {
-            now += 1_000;
-            alarm(&c, &world, now);
-        }
+        let (c, world, mut now) = admitting(40);
         let report = |turns: Value| {
             let r: Report = serde_json::from_value(json!({"shard": 0, "turns": turns})).unwrap();
             c.record_report(r).unwrap();
@@ -1885,13 +1879,7 @@ mod tests {
     /// (the frontier let one person too many in).
     #[test]
     fn a_place_abandoned_and_held_is_freed_once() {
-        let (c, world, _) = sale(40, 1);
-        let listed_at = draw(&c, &world);
-        let mut now = listed_at;
-        for _ in 0..3 {
-            now += 1_000;
-            alarm(&c, &world, now);
-        }
+        let (c, world, mut now) = admitting(40);
         let report = |turns: Value| {
             let r: Report = serde_json::from_value(json!({"shard": 0, "turns": turns})).unwrap();
             c.record_report(r).unwrap();

@@ -24,8 +24,8 @@ pub const ADMIN_ERROR_CODES: &[&str] = &[
     "not_found",
     "rate_limited",
     "redis_unavailable",
-    "sale_not_found",
     "sale_exists",
+    "sale_not_found",
     "sale_not_live",
     "sale_started",
 ];
