@@ -404,6 +404,15 @@ impl TestApp {
             let _: () = conn.zrem(&k.exp, id).await.unwrap();
             let _: () = conn.incr(&k.stock, h.qty).await.unwrap();
             let _: () = conn.hincr(&home.users, &h.account, -h.qty).await.unwrap();
+            // A revoke written after the hold (at its purchase) is not on
+            // a replica that never had the hold either.
+            let _: () = conn
+                .hdel(
+                    &home.users,
+                    origin::sales::revoke::revoked_field(&h.account),
+                )
+                .await
+                .unwrap();
             let _: () = conn.hdel(&home.quota, id).await.unwrap();
             let _: () = conn
                 .del(home.idem_at(h.idem.as_deref().unwrap()))

@@ -333,14 +333,12 @@ pub async fn webhook(
     if applied == Applied::Paid || applied == Applied::RefundRequired {
         app.summaries.invalidate_all();
     }
-    if applied == Applied::Paid {
-        // Off the provider's answer path: it only waits for the receipt.
-        let (app, payment) = (app.clone(), event.data.payment_id.clone());
-        tokio::spawn(async move {
-            if let Err(e) = pass_on_when_done(&app, &payment).await {
-                tracing::warn!(payment, error = %e, "cannot end the admission of a buyer who is done");
-            }
-        });
+    if applied == Applied::Paid
+        && let Err(e) = pass_on_when_done(&app, &event.data.payment_id).await
+    {
+        // The purchase stands; the turn then ends with its window.
+        tracing::warn!(payment = %event.data.payment_id, error = %e,
+            "cannot end the admission of a buyer who is done");
     }
     Ok(Json(json!({"received": true, "result": applied})))
 }
@@ -429,10 +427,17 @@ async fn pass_on_when_done(app: &AppState, payment: &str) -> anyhow::Result<()> 
     crate::sales::revoke::record(&mut tx, &sale_id, &account).await?;
     tx.commit().await?;
     crate::sales::revoke::mark(&app.engine.conn, &sale, &account).await?;
-    let admin = &app.settings.admin;
-    let edge = admin.edge_url.as_deref().zip(admin.edge_secret.as_ref());
-    let told = crate::sales::revoke::tell_edge(edge, &sale_id, &account).await;
     metrics::counter!("flashsale_admissions_ended_after_purchase_total").increment(1);
-    tracing::info!(sale = %sale_id, ?told, "a buyer at its limit: admission ended, turn passed on");
+    // Recorded and marked before the provider is answered; the edge is
+    // told off that path (it may take its timeout).
+    let settings = app.settings.admin.clone();
+    tokio::spawn(async move {
+        let edge = settings
+            .edge_url
+            .as_deref()
+            .zip(settings.edge_secret.as_ref());
+        let told = crate::sales::revoke::tell_edge(edge, &sale_id, &account).await;
+        tracing::info!(sale = %sale_id, ?told, "a buyer at its limit: admission ended, turn passed on");
+    });
     Ok(())
 }
