@@ -718,3 +718,57 @@ async fn a_sale_is_created_from_the_create_flags_as_json_with_its_audit_entry() 
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_shard_keeps_its_revoked_accounts_revoked() {
+    let app = TestApp::spawn_with(AppOptions {
+        reconcile_interval: Duration::from_secs(3_600),
+        ..AppOptions::default()
+    })
+    .await;
+    app.create_sale(sale_spec("lost", 20, 2, 2)).await;
+    let (s, _) = app
+        .admin(
+            Method::POST,
+            "sales/lost/revoke",
+            W,
+            Some(json!({"account": "eve"})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    // Redis loses every key of the sale (a cold restart).
+    let keys = app.keys_matching(&format!("{}*", app.prefix)).await;
+    assert!(!keys.is_empty());
+    let mut conn = app.redis().await;
+    for k in keys {
+        let _: () = redis::AsyncCommands::del(&mut conn, k).await.unwrap();
+    }
+    let sale = app.state.sales.get("lost").await.unwrap().unwrap();
+    let rebuilt = origin::settle::rebuild::rebuild_sale(&app.state.engine, &app.state.pool, &sale)
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![0, 1]);
+    let (s, b, _) = app
+        .reserve(
+            "lost",
+            Some(&app.admit("eve", "lost")),
+            Some("k"),
+            r#"{"qty":1}"#,
+        )
+        .await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (403, Some("admission_revoked")),
+        "{b}"
+    );
+    let (s, _, _) = app
+        .reserve(
+            "lost",
+            Some(&app.admit("bob", "lost")),
+            Some("k"),
+            r#"{"qty":1}"#,
+        )
+        .await;
+    assert_eq!(s, 202, "others sell");
+    app.stop().await;
+}

@@ -17,7 +17,8 @@ use redis::AsyncCommands;
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS};
+use crate::reserve::engine::{Engine, HoldRecord, IDEMPOTENCY_TTL_SECS, home_shard};
+use crate::sales::revoke::revoked_field;
 use crate::sales::sale::Sale;
 use crate::settle::scan::{HashScan, REBUILD_COLUMNS, RebuildRow, SCAN_CHUNK, key_ttl};
 
@@ -191,6 +192,14 @@ pub async fn rebuild_sale(
     .await?;
     let multi = sale.multi_sku();
     let rows: Vec<RebuildRow> = rows.into_iter().map(|r| r.in_sale(multi)).collect();
+    // Revoked admissions (`sales::revoke`) are marked in their home shard's
+    // users hash: a rebuilt shard gets its marks back, or a revoked
+    // account could hold again.
+    let revoked: Vec<String> =
+        sqlx::query_scalar("SELECT account FROM revocations WHERE sale_id = $1")
+            .bind(&cfg.id)
+            .fetch_all(pool)
+            .await?;
     let now_ms = Utc::now().timestamp_millis();
     let mut rebuilt = Vec::new();
     for &i in &lost {
@@ -248,6 +257,12 @@ pub async fn rebuild_sale(
         // The sale-wide counts, and each SKU's under the field
         // `lua/_lib.lua` `sku_field` names.
         let mut users: HashMap<String, i64> = HashMap::new();
+        for a in revoked
+            .iter()
+            .filter(|a| home_shard(a, sale.shards.len()) == i)
+        {
+            users.insert(revoked_field(a), 1);
+        }
         let mut quota = Vec::new();
         for (id, account, qty, shard, sku) in &owed {
             *users.entry(account.to_string()).or_default() += qty;
