@@ -262,12 +262,15 @@ impl SaleRegistry {
     /// The count of holds this process granted in sale `id` (new ones, not
     /// replays), kept across config reloads.
     pub fn granted(&self, id: &str) -> Arc<std::sync::atomic::AtomicU64> {
-        self.granted
+        let mut map = self
+            .granted
             .lock()
-            .expect("granted map lock is never poisoned: no panics while held")
-            .entry(id.to_string())
-            .or_default()
-            .clone()
+            .expect("granted map lock is never poisoned: no panics while held");
+        // Called on every hold: no key allocated once the sale is known.
+        if let Some(n) = map.get(id) {
+            return n.clone();
+        }
+        map.entry(id.to_string()).or_default().clone()
     }
 
     /// The sold-out flag of a sale (created unset on first use).
