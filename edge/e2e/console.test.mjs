@@ -130,7 +130,7 @@ test('the vendored chart library is what package.json pins, and the admin listen
 
 test('setup: a live sale at 1 person/s, 24 people in line who keep polling', async () => {
   createSale({
-    sale: SALE, name: NAME, units: 8, 'per-user-limit': 1, shards: 1,
+    sale: SALE, name: NAME, units: 8, 'per-user-limit': 1, shards: 1, 'queue-shards': 2,
     'starts-at': 'now', 'admission-rate': 1,
   });
   for (const p of people) {

@@ -1017,7 +1017,8 @@ impl<S: Sql> Entries<S> {
 
     /// What to report to the coordinator at `now`: counts before the start,
     /// after it every finished second's arrivals since the last report and
-    /// the turns changed since (`None`: no finished second to report).
+    /// the turns changed since (`None`: no finished second to report and
+    /// no revoke waiting: a revoke does not wait for its second to end).
     /// Stamps taken from here on land in the unreported second.
     pub fn report(&self, now: u64, requests: u64) -> ApiResult<Option<Report>> {
         let shard = self.shard().unwrap_or(0);
@@ -1037,7 +1038,9 @@ impl<S: Sql> Entries<S> {
             None => starts - starts % 1000,
         };
         if until_ms <= from_ms {
-            return Ok(None);
+            // No second has ended since the last report, but a revoke is
+            // told now: the turn passes on a second sooner (issue 47).
+            return self.revoke_report(shard, now, requests);
         }
         // Later stamps land in the unreported second (before the object's
         // await on the coordinator).
@@ -1092,20 +1095,46 @@ impl<S: Sql> Entries<S> {
         }))
     }
 
+    /// A report of the revoked turns alone (their places and rows), made
+    /// between two seconds' reports; none when no revoke waits.
+    fn revoke_report(&self, shard: u64, now: u64, requests: u64) -> ApiResult<Option<Report>> {
+        let turns: Vec<(u64, u64, u64)> = self
+            .sql
+            .rows::<TurnRow>(
+                "SELECT place, seen_ms, held_until_ms FROM turns
+                 WHERE reported = 0 AND place > 0 AND revoked = 1 LIMIT 5000",
+                &[],
+            )?
+            .into_iter()
+            .map(|r| (r.place as u64, r.seen_ms as u64, r.held_until_ms as u64))
+            .collect();
+        if turns.is_empty() {
+            return Ok(None);
+        }
+        let revoked: Vec<u64> = turns.iter().map(|t| t.0).collect();
+        let body = json!({"shard": shard, "seconds": [], "requests": requests,
+                          "turns": turns, "revoked": revoked, "at_ms": now});
+        Ok(Some(Report {
+            body,
+            through: None,
+            turns,
+        }))
+    }
+
     /// Records that the coordinator took `report`. A turn seen again
     /// meanwhile (an await ago) is reported next time: only rows unchanged
     /// since the read are marked.
     pub fn report_sent(&self, report: &Report) -> ApiResult<()> {
-        let Some(through) = report.through else {
-            return Ok(());
-        };
         for (place, seen, until) in &report.turns {
             self.sql.exec(
                 "UPDATE turns SET reported = 1 WHERE place = ? AND seen_ms = ? AND held_until_ms = ?",
                 &[(*place).into(), (*seen).into(), (*until).into()],
             )?;
         }
-        self.set("reported_through", through)
+        match report.through {
+            Some(through) => self.set("reported_through", through),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1543,6 +1572,36 @@ mod tests {
         s.report_sent(&r).unwrap();
         let r = s.report(START + 5_100, 0).unwrap().unwrap();
         assert_eq!(r.body["revoked"], json!([]), "once");
+    }
+
+    #[test]
+    fn a_revoke_is_reported_at_once_not_when_the_second_ends() {
+        let s = shard();
+        s.join(SALE, body("a", START + 100), START + 100, keys)
+            .unwrap();
+        s.join(SALE, body("b", START + 200), START + 200, keys)
+            .unwrap();
+        s.seen(
+            &SeenBody {
+                seen: vec![("a".into(), 1, START + 1_200)],
+            },
+            START + 1_300,
+        )
+        .unwrap();
+        let r = s.report(START + 2_050, 0).unwrap().unwrap();
+        s.report_sent(&r).unwrap();
+        // Second 2 has not ended: nothing to say but the revoke, said now.
+        s.revoke(&hold("a", None, None), START + 2_400).unwrap();
+        let r = s.report(START + 2_410, 0).unwrap().expect("a report now");
+        assert_eq!(r.body["revoked"], json!([1]));
+        assert_eq!(r.body["seconds"], json!([]), "no second is cut short");
+        assert_eq!(r.through, None, "the watermark does not move");
+        s.report_sent(&r).unwrap();
+        assert!(s.report(START + 2_420, 0).unwrap().is_none(), "once");
+        // The second's own report still comes, whole.
+        let r = s.report(START + 3_010, 0).unwrap().unwrap();
+        assert_eq!(r.through, Some(START / 1000 + 2));
+        assert_eq!(r.body["revoked"], json!([]));
     }
 
     #[test]
