@@ -252,6 +252,9 @@ pub struct AppOptions {
     pub admin_edge_url: Option<String>,
     /// Admin API requests per second per address (`ADMIN_RATE_PER_S`).
     pub admin_rate_per_s: u32,
+    /// `ADMIN_ADDR` equal to `ORIGIN_METRICS_ADDR` (one listener for the
+    /// admin API, `/metrics` and `/healthz`), on a free loopback port.
+    pub admin_on_metrics_addr: bool,
 }
 
 impl Default for AppOptions {
@@ -272,6 +275,7 @@ impl Default for AppOptions {
             pg_admin_url: None,
             admin_edge_url: None,
             admin_rate_per_s: 1_000,
+            admin_on_metrics_addr: false,
         }
     }
 }
@@ -290,6 +294,14 @@ impl TestApp {
             None => TestDb::create().await,
         };
         let prefix = format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let admin_addr: std::net::SocketAddr = if opts.admin_on_metrics_addr {
+            // A port free now (the listener is dropped before the app binds it).
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free loopback port")
+        } else {
+            "127.0.0.1:0".parse().unwrap()
+        };
         let settings = Settings {
             database_url: db.url.clone().into(),
             redis: opts.redis.clone(),
@@ -304,7 +316,7 @@ impl TestApp {
             settle_claim_idle: Duration::from_millis(500),
             settle_linger: Duration::from_millis(50),
             max_in_flight: opts.max_in_flight,
-            metrics_addr: None,
+            metrics_addr: opts.admin_on_metrics_addr.then_some(admin_addr),
             pg_pool_size: 16,
             workers_nice: 10,
             shutdown_grace: Duration::from_secs(10),
@@ -315,7 +327,7 @@ impl TestApp {
             outbox_source: opts.outbox_source.clone(),
             relay_abort_after_ack: None,
             admin: origin::ops::configuration::AdminSettings {
-                addr: "127.0.0.1:0".parse().unwrap(),
+                addr: admin_addr,
                 keys: token::AdminKeys::parse(Some(&admin_keys_value())).unwrap(),
                 edge_url: opts.admin_edge_url.clone(),
                 edge_secret: Some(ADMIN_WRITE_KEY.to_string().into()),

@@ -772,3 +772,50 @@ async fn a_rebuilt_shard_keeps_its_revoked_accounts_revoked() {
     assert_eq!(s, 202, "others sell");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_addr_equal_to_the_metrics_addr_serves_both_on_one_listener() {
+    let app = TestApp::spawn_with(AppOptions {
+        admin_on_metrics_addr: true,
+        ..Default::default()
+    })
+    .await;
+    let c = reqwest::Client::new();
+    // What ORIGIN_METRICS_ADDR serves, keyless as on its own listener.
+    let m = c
+        .get(format!("{}/metrics", app.admin_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(m.status(), 200);
+    assert!(
+        m.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain"),
+        "Prometheus text"
+    );
+    let h = c
+        .get(format!("{}/healthz", app.admin_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h.status(), 200);
+    // The admin API beside them keeps its gate.
+    let url = format!("{}/admin/api/sales", app.admin_addr);
+    let no_key = c.get(&url).send().await.unwrap();
+    assert_eq!(no_key.status(), 401);
+    let read = c
+        .get(&url)
+        .bearer_auth(ADMIN_READ_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    let unknown = c
+        .get(format!("{}/nowhere", app.admin_addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+}

@@ -80,7 +80,7 @@ pub fn router(app: AppState, shared: bool, stop: CancellationToken) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state);
     if shared {
-        r = r.merge(crate::http::router::admin_router());
+        r = r.merge(crate::http::router::metrics_routes());
     }
     crate::ops::telemetry::access_log(r)
 }

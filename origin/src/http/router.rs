@@ -45,11 +45,18 @@ pub fn router(state: AppState) -> Router {
     crate::ops::telemetry::access_log(api).with_state(state)
 }
 
-/// The admin listener's routes: `/metrics` and `/healthz` (liveness of a
-/// process, e.g. `origin settle`, that serves no API).
+/// The metrics listener's router (`ORIGIN_METRICS_ADDR`): [`metrics_routes`]
+/// and a 404 for anything else.
 pub fn admin_router() -> Router {
+    metrics_routes().fallback(health::not_found)
+}
+
+/// `/metrics` and `/healthz` (liveness of a process, e.g. `origin settle`,
+/// that serves no API), with no fallback: the admin API's router takes
+/// them in when the two share a listener, and axum refuses to merge two
+/// routers that both have one.
+pub fn metrics_routes() -> Router {
     Router::new()
         .route("/metrics", get(health::process_metrics))
         .route("/healthz", get(health::healthz))
-        .fallback(health::not_found)
 }
