@@ -164,7 +164,7 @@ test('a revoke from the admin API passes the turn on at once: the next person is
   assert.ok(live.body.queue == null || live.body.queue.turns_passed_on >= 1, JSON.stringify(live.body.queue));
 });
 
-test('a failed bot check of a sale with a shadow queue gets a place that never moves up, counted; without it, the error', async () => {
+test('a failed bot check of a sale with a shadow queue gets a place that never moves up, counted; without it, the error, counted too', async () => {
   const SHADOW = `e2e-shadow-${rid()}`;
   createSale({
     sale: SHADOW, name: 'E2E shadow', units: 50, 'per-user-limit': 1, shards: 1, 'queue-shards': 2,
@@ -205,6 +205,12 @@ test('a failed bot check of a sale with a shadow queue gets a place that never m
   const r = await call('POST', `${EDGE}/api/sales/${PLAIN}/queue`, { token: userToken(`bot-x-${rid()}`), body: {} });
   assert.ok(r.status >= 400 && r.status < 500, JSON.stringify(r.body));
   assert.match(r.body.error.code, /^bot_check_/);
+  const refused = await until(10_000, async () => {
+    const l = await admin('GET', `sales/${PLAIN}/live`);
+    return l.body.queue?.bot_refused === 1 ? l.body.queue : false;
+  }, 500);
+  assert.ok(refused, 'the live view counts the refusal');
+  assert.equal(refused.shadowed, 0);
 });
 
 test('after a paid purchase that uses up the account\'s limit, the origin ends its admission: the turn passes on', async () => {

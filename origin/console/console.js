@@ -65,6 +65,8 @@
     f_sold: ['Units sold', 'Đã bán'],
     f_settle: ['Settlement lag', 'Độ trễ đối soát'],
     f_outbox: ['Outbox lag (pending)', 'Độ trễ outbox (đang chờ)'],
+    f_passed: ['Turns passed on (of them revoked)', 'Lượt được chuyển tiếp (trong đó bị thu hồi)'],
+    f_bot: ['Failed bot checks: refused / shadow queue', 'Không qua kiểm tra bot: bị từ chối / hàng chờ ảo'],
     f_reason: ["The controller's reason:", 'Lý do của bộ điều khiển:'],
     f_message: ['Message on the waiting pages:', 'Thông báo trên trang chờ:'],
     frozen: ['frozen', 'đứng yên'],
@@ -472,6 +474,8 @@
     say('f-sold', num(f.units_sold));
     say('f-settle', secs(f.settlement_lag_s));
     say('f-outbox', f.outbox ? t('outbox_v', { lag: secs(f.outbox.lag_s), n: num(f.outbox.pending) }) : DASH);
+    say('f-passed', q ? `${num(q.turns_passed_on)} (${num(q.revoked)})` : DASH);
+    say('f-bot', q ? `${num(q.bot_refused)} / ${num(q.shadowed)}` : DASH);
     say('f-reason', q && q.reason ? String(q.reason) : DASH);
     say('f-message', typeof f.message === 'string' && f.message !== '' ? f.message : t('none'));
     say('updated', t('updated', { time: clock(Date.parse(f.at) || Date.now()) }));

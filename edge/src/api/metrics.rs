@@ -31,6 +31,10 @@ pub struct AdmissionFigures {
     /// Joins that failed the bot check and got a shadow ticket (issue 47).
     #[serde(default)]
     pub shadowed: u64,
+    /// Joins that failed the bot check and were refused with its error (a
+    /// sale without a shadow queue).
+    #[serde(default)]
+    pub bot_refused: u64,
     /// People with a place in line, and those not yet admitted.
     pub placed: u64,
     pub waiting: u64,
@@ -110,6 +114,12 @@ pub fn render(sale: &str, f: &AdmissionFigures) -> String {
         "counter",
         "Joins that failed the bot check and were given a place in the shadow queue, which never moves.",
         &one(f.shadowed as f64),
+    );
+    family(
+        "edge_queue_bot_refused_total",
+        "counter",
+        "Joins that failed the bot check and were refused with its error (no shadow queue).",
+        &one(f.bot_refused as f64),
     );
     family(
         "edge_queue_placed",
@@ -200,6 +210,7 @@ mod tests {
             abandoned: 2,
             revoked: 1,
             shadowed: 4,
+            bot_refused: 6,
             placed: 40,
             waiting: 23,
             rate: 0.5,
@@ -283,7 +294,7 @@ mod tests {
         }
         assert_eq!(
             t.lines().filter(|l| l.starts_with("# TYPE")).count(),
-            15,
+            16,
             "families"
         );
     }

@@ -175,6 +175,7 @@ impl SaleQueue {
             (Method::Get, "/arrivals") => c.arrivals(q),
             (Method::Get, "/draw") => c.draw_header(),
             (Method::Post, "/shadowed") => c.shadowed(),
+            (Method::Post, "/bot-refused") => c.bot_refused(),
             (Method::Get, "/metrics") => {
                 let f = c.figures(&sale, now)?;
                 Ok(serde_json::to_value(f).unwrap_or(Value::Null))

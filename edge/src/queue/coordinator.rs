@@ -731,6 +731,7 @@ impl<S: Sql> Coordinator<S> {
             abandoned: self.meta.u64("abandoned").unwrap_or(0),
             revoked: self.meta.u64("revoked").unwrap_or(0),
             shadowed: self.meta.u64("shadowed").unwrap_or(0),
+            bot_refused: self.meta.u64("bot_refused").unwrap_or(0),
             placed: snap.placed,
             waiting: snap.placed.saturating_sub(snap.frontier),
             rate: ctl.as_ref().map_or(ceiling, |c| c.rate),
@@ -894,6 +895,14 @@ impl<S: Sql> Coordinator<S> {
         let n = self.meta.u64("shadowed").unwrap_or(0) + 1;
         self.set("shadowed", n)?;
         Ok(json!({ "shadowed": n }))
+    }
+
+    /// Counts a join refused for failing the bot check (a sale without a
+    /// shadow queue), for the operator's live view.
+    pub fn bot_refused(&self) -> ApiResult<Value> {
+        let n = self.meta.u64("bot_refused").unwrap_or(0) + 1;
+        self.set("bot_refused", n)?;
+        Ok(json!({ "bot_refused": n }))
     }
 
     pub fn record_report(&self, r: Report) -> ApiResult<Value> {
@@ -1783,6 +1792,17 @@ mod tests {
             serde_json::from_value(json!({"shard": 0, "revoked": [2], "at_ms": now})).unwrap();
         c.record_report(again).unwrap();
         assert_eq!(c.meta.u64("revoked"), Some(1));
+    }
+
+    #[test]
+    fn failed_bot_checks_are_counted_apart_shadowed_or_refused() {
+        let (c, _world, now) = admitting(4);
+        c.shadowed().unwrap();
+        c.bot_refused().unwrap();
+        c.bot_refused().unwrap();
+        let f = c.figures(SALE, now).unwrap();
+        assert_eq!((f.shadowed, f.bot_refused), (1, 2));
+        assert_eq!(f.placed, 4, "neither takes a place");
     }
 
     #[test]

@@ -258,10 +258,18 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
         // that never moves up, so a bot learns nothing to retry on. Only
         // the solver's own refusals (4xx): an unavailable Turnstile is
         // still the edge's failure, not the person's.
-        Err(e) if cfg.bot_shadow && (400..500).contains(&e.status) && e.status != 429 => {
+        Err(e) if cfg.bot_shadow && bot_failed(&e) => {
             return shadow_join(env, sale, &claims.sub, now).await;
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            if bot_failed(&e) {
+                // Counted for the operator (one object call per refusal,
+                // bounded as every join is by the address's join limit).
+                let _ = call_coordinator(env, sale, Method::Post, "/bot-refused", Some(&json!({})))
+                    .await;
+            }
+            return Err(e);
+        }
     };
     // A bot-checked join always goes to the shard, which spends the
     // challenge; only unchecked repeats are answered from memory.
@@ -285,6 +293,12 @@ pub(crate) async fn join(env: &Env, mut req: Request, sale: &str) -> ApiResult<R
     };
     let ticket = again_if_abandoned(env, sale, &claims.sub, ticket, now).await?;
     status_for(env, sale, &ticket).await
+}
+
+/// Whether a bot check's error is the person's failure (4xx but 429), not
+/// the edge's (an unavailable Turnstile is a 5xx).
+fn bot_failed(e: &ApiError) -> bool {
+    (400..500).contains(&e.status) && e.status != 429
 }
 
 /// A shadow ticket for `sub` (`token::TicketData::shadow`): signed like a

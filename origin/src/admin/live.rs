@@ -66,6 +66,8 @@ pub struct Queue {
     pub revoked: u64,
     /// Joins that failed the bot check and were put in the shadow queue.
     pub shadowed: u64,
+    /// Joins that failed the bot check and were refused with its error.
+    pub bot_refused: u64,
 }
 
 /// Reservations of the sale in Postgres, by status (settled rows).
@@ -448,6 +450,7 @@ async fn edge_figures(
         windows_ended: u("windows_ended"),
         revoked: u("revoked"),
         shadowed: u("shadowed"),
+        bot_refused: u("bot_refused"),
     })
 }
 
