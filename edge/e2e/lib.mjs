@@ -98,8 +98,19 @@ export function origin(...args) {
 /** Queue shards the e2e sales get (scripts/test runs the suite with 1 and 8). */
 export const QUEUE_SHARDS = Number(process.env.EDGE_QUEUE_SHARDS || 1);
 
+/** How long a sale started "now" lasts when a test gives no end. */
+export const SALE_LIFE_MS = 10 * 60_000;
+
 export function createSale(opts) {
   if (opts['queue-shards'] === undefined) opts = { ...opts, 'queue-shards': QUEUE_SHARDS };
+  // A live sale's queue shards report to its coordinator every second until
+  // the sale ends: sales without an end, one pass's worth of them (8 shards
+  // each), kept one wrangler dev busy with their alarms and slowed the
+  // later files several times over. A sale started now ends in 10 minutes
+  // unless the test says otherwise (no file uses one sale for that long).
+  if (opts['starts-at'] === 'now' && opts['ends-at'] === undefined) {
+    opts = { ...opts, 'ends-at': new Date(Date.now() + SALE_LIFE_MS).toISOString() };
+  }
   const args = ['sale', 'create'];
   // `true`: a flag without a value (e.g. --bot-shadow).
   for (const [k, v] of Object.entries(opts)) args.push(...(v === true ? [`--${k}`] : [`--${k}`, String(v)]));
