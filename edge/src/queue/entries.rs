@@ -1065,16 +1065,7 @@ impl<S: Sql> Entries<S> {
             }
         }
         let through = until_ms / 1000 - 1;
-        let turns: Vec<(u64, u64, u64)> = self
-            .sql
-            .rows::<TurnRow>(
-                "SELECT place, seen_ms, held_until_ms FROM turns
-                 WHERE reported = 0 AND place > 0 LIMIT 5000",
-                &[],
-            )?
-            .into_iter()
-            .map(|r| (r.place as u64, r.seen_ms as u64, r.held_until_ms as u64))
-            .collect();
+        let turns = self.unreported_turns(false)?;
         let revoked: Vec<u64> = self
             .sql
             .rows::<PlaceOnly>(
@@ -1095,19 +1086,25 @@ impl<S: Sql> Entries<S> {
         }))
     }
 
-    /// A report of the revoked turns alone (their places and rows), made
-    /// between two seconds' reports; none when no revoke waits.
-    fn revoke_report(&self, shard: u64, now: u64, requests: u64) -> ApiResult<Option<Report>> {
-        let turns: Vec<(u64, u64, u64)> = self
+    /// Turns with a place changed since the last report (place, seen ms,
+    /// held until ms), at most 5,000; `revoked_only`: the revoked ones.
+    fn unreported_turns(&self, revoked_only: bool) -> ApiResult<Vec<(u64, u64, u64)>> {
+        Ok(self
             .sql
             .rows::<TurnRow>(
                 "SELECT place, seen_ms, held_until_ms FROM turns
-                 WHERE reported = 0 AND place > 0 AND revoked = 1 LIMIT 5000",
-                &[],
+                 WHERE reported = 0 AND place > 0 AND (? = 0 OR revoked = 1) LIMIT 5000",
+                &[u64::from(revoked_only).into()],
             )?
             .into_iter()
             .map(|r| (r.place as u64, r.seen_ms as u64, r.held_until_ms as u64))
-            .collect();
+            .collect())
+    }
+
+    /// A report of the revoked turns alone (their places and rows), made
+    /// between two seconds' reports; none when no revoke waits.
+    fn revoke_report(&self, shard: u64, now: u64, requests: u64) -> ApiResult<Option<Report>> {
+        let turns = self.unreported_turns(true)?;
         if turns.is_empty() {
             return Ok(None);
         }
